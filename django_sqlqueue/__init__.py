@@ -1,0 +1,49 @@
+"""django-sqlqueue: a partitioned, at-least-once message queue in your Django database.
+
+The public API is imported lazily (PEP 562) so that ``import django_sqlqueue`` works in
+settings files and before the app registry is ready.
+"""
+
+from __future__ import annotations
+
+from importlib import import_module
+from typing import TYPE_CHECKING, Any
+
+from .exceptions import (
+    ConfigurationError,
+    DeadLetter,
+    InvalidMessage,
+    LeaseLost,
+    Retry,
+    SQLQueueError,
+)
+
+if TYPE_CHECKING:
+    from .publishing import StoredMessage, publish, publish_many
+
+_LAZY = {
+    "StoredMessage": "django_sqlqueue.publishing",
+    "publish": "django_sqlqueue.publishing",
+    "publish_many": "django_sqlqueue.publishing",
+}
+
+__all__ = [
+    "ConfigurationError",
+    "DeadLetter",
+    "InvalidMessage",
+    "LeaseLost",
+    "Retry",
+    "SQLQueueError",
+    "StoredMessage",
+    "publish",
+    "publish_many",
+]
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'django_sqlqueue' has no attribute {name!r}")
+    value = getattr(import_module(module), name)
+    globals()[name] = value
+    return value

@@ -1,0 +1,110 @@
+"""System checks for the ``SQLQUEUE`` setting (ids ``sqlqueue.E001`` …, ``sqlqueue.W001`` …)."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from django.apps import AppConfig
+from django.conf import settings
+from django.core.checks import CheckMessage, Error, Warning, register
+
+from .conf import DEFAULTS, raw_settings
+
+_NAME_RE = re.compile(r"^[A-Za-z0-9._-]+$")
+
+
+def _positive_number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool) and value > 0
+
+
+def _non_negative_number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool) and value >= 0
+
+
+def _positive_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value > 0
+
+
+def _dlq_suffix(value: Any) -> bool:
+    return isinstance(value, str) and bool(_NAME_RE.match(value)) and len(value) <= 50
+
+
+# (setting, id, predicate, what it must be)
+_RULES: list[tuple[str, str, Callable[[Any], bool], str]] = [
+    ("POLL_INTERVAL", "sqlqueue.E002", _positive_number, "a number of seconds > 0"),
+    ("BATCH_SIZE", "sqlqueue.E003", _positive_int, "an integer >= 1"),
+    ("VISIBILITY_TIMEOUT", "sqlqueue.E004", _positive_number, "a number of seconds > 0"),
+    ("MAX_ATTEMPTS", "sqlqueue.E005", _positive_int, "an integer >= 1"),
+    ("LEASE_DURATION", "sqlqueue.E006", _positive_number, "a number of seconds > 0"),
+    ("RENEW_INTERVAL", "sqlqueue.E007", _positive_number, "a number of seconds > 0"),
+    ("DLQ_SUFFIX", "sqlqueue.E008", _dlq_suffix,
+     "a non-empty string of at most 50 characters from [A-Za-z0-9._-]"),
+    ("MAX_PAYLOAD_BYTES", "sqlqueue.E009", _positive_int, "an integer number of bytes >= 1"),
+    ("PUBLISH_BATCH_SIZE", "sqlqueue.E010", _positive_int, "an integer >= 1"),
+    ("GC_INTERVAL", "sqlqueue.E011", _non_negative_number,
+     "a number of seconds >= 0 (0 disables GC)"),
+    ("SHUTDOWN_GRACE", "sqlqueue.E012", _non_negative_number, "a number of seconds >= 0"),
+]
+
+
+@register("sqlqueue")
+def check_settings(app_configs: Sequence[AppConfig] | None = None, **kwargs: Any) -> list[CheckMessage]:
+    """Report every invalid ``SQLQUEUE`` value at once, each with the fix."""
+    user = getattr(settings, "SQLQUEUE", None)
+    if user is None:
+        return []
+    if not isinstance(user, dict):
+        return [Error(
+            f"SQLQUEUE must be a dict, got {type(user).__name__}.",
+            hint="Set SQLQUEUE = {'POLL_INTERVAL': 0.1, ...} or remove it to use the defaults.",
+            id="sqlqueue.E001",
+        )]
+    errors: list[CheckMessage] = []
+    unknown = sorted(set(user) - set(DEFAULTS))
+    if unknown:
+        errors.append(Error(
+            f"SQLQUEUE has unknown key(s): {', '.join(map(str, unknown))}.",
+            hint=f"Known keys: {', '.join(DEFAULTS)}.",
+            id="sqlqueue.E001",
+        ))
+    values = raw_settings()
+    for name, check_id, is_valid, expected in _RULES:
+        if not is_valid(values[name]):
+            errors.append(Error(
+                f"SQLQUEUE['{name}'] must be {expected}, got {values[name]!r}.",
+                hint=f"Fix the value or remove the key to use the default ({DEFAULTS[name]!r}).",
+                id=check_id,
+            ))
+    if errors:
+        return errors
+    if values["RENEW_INTERVAL"] >= values["LEASE_DURATION"]:
+        errors.append(Error(
+            "SQLQUEUE['RENEW_INTERVAL'] must be shorter than SQLQUEUE['LEASE_DURATION'] "
+            f"({values['RENEW_INTERVAL']!r} >= {values['LEASE_DURATION']!r}), or every lease "
+            "would go stale before it is renewed.",
+            hint="Renew about three times per lease, e.g. LEASE_DURATION=30, RENEW_INTERVAL=10.",
+            id="sqlqueue.E013",
+        ))
+    return errors
+
+
+@register("sqlqueue", "database")
+def check_database_isolation(
+    app_configs: Sequence[AppConfig] | None = None, databases: Sequence[str] | None = None,
+    **kwargs: Any,
+) -> list[CheckMessage]:
+    """Warn when a MySQL alias is configured for REPEATABLE READ (the sequencer needs READ COMMITTED)."""
+    warnings: list[CheckMessage] = []
+    for alias, config in settings.DATABASES.items():
+        engine = config.get("ENGINE", "")
+        level = str(config.get("OPTIONS", {}).get("isolation_level", "")).lower()
+        if "mysql" in engine and level in {"repeatable read", "serializable"}:
+            warnings.append(Warning(
+                f"DATABASES['{alias}'] uses isolation level {level!r}; django-sqlqueue's "
+                "sequencer and workers expect READ COMMITTED and will deadlock more often.",
+                hint="Remove OPTIONS['isolation_level'] (Django's default is 'read committed').",
+                id="sqlqueue.W001",
+            ))
+    return warnings

@@ -1,0 +1,1 @@
+"""Vendor differences live here, so table modules can stay portable."""

@@ -1,0 +1,112 @@
+"""Everything that differs between MySQL/MariaDB, PostgreSQL and SQLite.
+
+Table modules ask this module for SQL fragments (the database clock, locking clauses,
+upserts) instead of testing ``connection.vendor`` themselves.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from django.db.backends.base.base import BaseDatabaseWrapper
+
+
+def quote(connection: BaseDatabaseWrapper, name: str) -> str:
+    return connection.ops.quote_name(name)
+
+
+def now_ms_sql(connection: BaseDatabaseWrapper) -> str:
+    """SQL for the database server's current time in epoch milliseconds.
+
+    All queue timing (visibility, leases, delays) uses the server's clock so that a
+    worker whose own clock is wrong still behaves correctly.
+    """
+    if connection.vendor == "mysql":
+        # TIMESTAMPDIFF against UTC_TIMESTAMP is independent of the session time zone
+        # (UNIX_TIMESTAMP(NOW()) is ambiguous during a DST change).
+        return "(TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', UTC_TIMESTAMP(6)) DIV 1000)"
+    if connection.vendor == "postgresql":
+        # clock_timestamp(), not now(): now() is frozen at the start of the transaction.
+        return "(FLOOR(EXTRACT(EPOCH FROM clock_timestamp()) * 1000)::bigint)"
+    if connection.vendor == "sqlite":
+        return "(CAST((julianday('now') - 2440587.5) * 86400000.0 AS INTEGER))"
+    raise NotImplementedError(f"django-sqlqueue does not support the {connection.vendor!r} backend")
+
+
+def supports_returning(connection: BaseDatabaseWrapper) -> bool:
+    """INSERT … RETURNING: PostgreSQL, SQLite >= 3.35 and MariaDB >= 10.5 (not Oracle MySQL)."""
+    if connection.vendor == "mysql":
+        return bool(connection.mysql_is_mariadb) and connection.mysql_version >= (10, 5)  # type: ignore[attr-defined]
+    return True
+
+
+def insert_keep_existing_sql(
+    connection: BaseDatabaseWrapper, conflict_columns: Sequence[str], touch_column: str
+) -> str:
+    """The tail of an INSERT that keeps the existing row on a unique conflict.
+
+    The no-op update (rather than DO NOTHING / INSERT IGNORE) is deliberate: RETURNING
+    then yields the stored row for duplicates too, and MySQL's INSERT IGNORE would also
+    silence data errors such as truncation.
+    """
+    col = quote(connection, touch_column)
+    if connection.vendor == "mysql":
+        return f" ON DUPLICATE KEY UPDATE {col} = {col}"
+    conflict = ", ".join(quote(connection, c) for c in conflict_columns)
+    return f" ON CONFLICT ({conflict}) DO UPDATE SET {col} = EXCLUDED.{col}"
+
+
+def insert_ignore_sql(connection: BaseDatabaseWrapper, conflict_columns: Sequence[str]) -> tuple[str, str]:
+    """(prefix, suffix) for an INSERT that silently skips rows whose key already exists."""
+    if connection.vendor == "mysql":
+        # Only used for rows we build ourselves (no user data), so IGNORE cannot hide truncation.
+        return "INSERT IGNORE INTO", ""
+    conflict = ", ".join(quote(connection, c) for c in conflict_columns)
+    return "INSERT INTO", f" ON CONFLICT ({conflict}) DO NOTHING"
+
+
+def skip_locked_sql(connection: BaseDatabaseWrapper) -> str:
+    """Lock the selected rows but pass over rows other transactions hold.
+
+    SQLite has no row locks: its writers are serialized by the database lock, which the
+    worker takes up front (``transaction_mode = IMMEDIATE``).
+    """
+    if connection.vendor == "sqlite":
+        return ""
+    return " FOR UPDATE SKIP LOCKED"
+
+
+def for_update_sql(connection: BaseDatabaseWrapper) -> str:
+    return "" if connection.vendor == "sqlite" else " FOR UPDATE"
+
+
+def for_share_sql(connection: BaseDatabaseWrapper) -> str:
+    """A shared row lock that blocks writers (used to fence lease ownership)."""
+    if connection.vendor == "sqlite":
+        return ""
+    if connection.vendor == "mysql":
+        return " LOCK IN SHARE MODE"
+    return " FOR SHARE"
+
+
+def true_sql(connection: BaseDatabaseWrapper) -> str:
+    return "TRUE" if connection.vendor == "postgresql" else "1"
+
+
+def false_sql(connection: BaseDatabaseWrapper) -> str:
+    return "FALSE" if connection.vendor == "postgresql" else "0"
+
+
+def placeholders(count: int) -> str:
+    return ", ".join(["%s"] * count)
+
+
+def row_values(rows: int, width: int) -> str:
+    """``(%s, %s), (%s, %s)`` for a row-value IN list."""
+    one = "(" + placeholders(width) + ")"
+    return ", ".join([one] * rows)
+
+
+def json_param_sql(connection: BaseDatabaseWrapper) -> str:
+    """A placeholder for a JSON text parameter, cast where the column type needs it."""
+    return "CAST(%s AS jsonb)" if connection.vendor == "postgresql" else "%s"

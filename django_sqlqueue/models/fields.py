@@ -1,0 +1,8 @@
+"""Column sizes shared by the tables, chosen to fit MySQL's 3,072-byte index limit in utf8mb4."""
+
+TOPIC_LENGTH = 255  # column size; published topics are limited to MAX_TOPIC_LENGTH
+MAX_TOPIC_LENGTH = 200  # leaves room for the dead-letter suffix
+KEY_LENGTH = 255
+ID_LENGTH = 128
+GROUP_LENGTH = 100
+SUBSCRIBER_NAME_LENGTH = 255

@@ -1,0 +1,96 @@
+from __future__ import annotations
+
+from django.db import connections, models
+
+from ..db import vendor
+
+DEFAULT_SEQUENCER = "default"
+
+
+class LogSequencerManager(models.Manager["LogSequencer"]):
+    """SQL for ``queue_sequencer``: lock the counter, advance it."""
+
+    def lock_counter(self, using: str, name: str = DEFAULT_SEQUENCER) -> int | None:
+        """Lock the counter row and return its last position; None if another worker holds it.
+
+        Must run inside a transaction. SKIP LOCKED makes a busy sequencer someone else's
+        job instead of a queue of waiting workers.
+        """
+        connection = connections[using]
+        q = lambda n: vendor.quote(connection, n)  # noqa: E731
+        with connection.cursor() as cursor:
+            cursor.execute(
+                f"SELECT {q('last_position')} FROM {q('queue_sequencer')} WHERE {q('name')} = %s"
+                + vendor.skip_locked_sql(connection),
+                [name],
+            )
+            row = cursor.fetchone()
+            if row is not None:
+                return int(row[0])
+            prefix, suffix = vendor.insert_ignore_sql(connection, ["name"])
+            cursor.execute(
+                f"{prefix} {q('queue_sequencer')} ({q('name')}, {q('last_position')}, "
+                f"{q('sequenced_by')}, {q('sequenced_at')}) VALUES (%s, 0, '', 0){suffix}",
+                [name],
+            )
+            # Inserted: the new row is ours and locked. Not inserted: it exists and is locked.
+            return 0 if cursor.rowcount == 1 else None
+
+    def advance(self, last_position: int, sequenced_by: str, using: str,
+                name: str = DEFAULT_SEQUENCER) -> None:
+        connection = connections[using]
+        q = lambda n: vendor.quote(connection, n)  # noqa: E731
+        with connection.cursor() as cursor:
+            cursor.execute(
+                f"UPDATE {q('queue_sequencer')} SET {q('last_position')} = %s, "
+                f"{q('sequenced_by')} = %s, {q('sequenced_at')} = {vendor.now_ms_sql(connection)} "
+                f"WHERE {q('name')} = %s",
+                [last_position, sequenced_by[:255], name],
+            )
+
+    def head(self, using: str, name: str = DEFAULT_SEQUENCER) -> tuple[int, bool, int]:
+        """(last position, whether unsequenced messages wait, database time in ms): one query.
+
+        This is an idle worker's whole poll: nothing else runs until the head moves.
+        """
+        connection = connections[using]
+        q = lambda n: vendor.quote(connection, n)  # noqa: E731
+        pending = (
+            f"(SELECT 1 FROM {q('queue_messages')} WHERE {q('position')} IS NULL "
+            f"LIMIT 1)"
+        )
+        with connection.cursor() as cursor:
+            cursor.execute(
+                f"SELECT (SELECT {q('last_position')} FROM {q('queue_sequencer')} "
+                f"WHERE {q('name')} = %s), {pending}, {vendor.now_ms_sql(connection)}",
+                [name],
+            )
+            row = cursor.fetchone()
+        assert row is not None
+        return int(row[0] or 0), row[1] is not None, int(row[2])
+
+
+class LogSequencer(models.Model):
+    """The counter behind ``QueueMessage.position`` (``queue_sequencer``; not in the RFC).
+
+    Offsets are allocated at INSERT but become visible at COMMIT, so they do not follow
+    commit order. Positions do: they are handed out only to committed rows, under this
+    row's lock, so a reader that sees position N also sees every position below N. The
+    counter lives in its own row, not in ``MAX(position)``, because GC may delete the
+    highest-positioned message and positions must never be reused.
+    """
+
+    name = models.CharField(max_length=64, primary_key=True)
+    last_position = models.BigIntegerField(default=0)
+    sequenced_by = models.CharField(max_length=255, blank=True, default="")
+    sequenced_at = models.BigIntegerField(default=0)  # epoch ms, database clock
+
+    objects = LogSequencerManager()
+
+    class Meta:
+        db_table = "queue_sequencer"
+        verbose_name = "log sequencer"
+        verbose_name_plural = "log sequencer"
+
+    def __str__(self) -> str:
+        return f"{self.name} @ {self.last_position}"
