@@ -1,0 +1,190 @@
+# django-sqlqueue development tasks.
+#
+#   make demo          run the example project (SQLite, no database drivers needed)
+#   make test          ruff, mypy, migration check, then pytest on SQLite, MariaDB and
+#                      PostgreSQL; with CI=true also the Python 3.11 + Django 5.2 run
+#   make test-compat   only the Python 3.11 + Django 5.2 run, on all three backends
+#   make lint          ruff + mypy
+#   make bench         benchmarks/run.py against BENCH_DATABASE_URL (default: MariaDB)
+#   make clean         remove virtualenvs, test databases and caches
+#
+# Variables: PYTEST_ARGS (passed to pytest), BACKENDS (default "sqlite mysql postgres"),
+# SQLITE_URL / MYSQL_URL / POSTGRES_URL, BASE_PYTHON / COMPAT_PYTHON (interpreters).
+
+SHELL := /bin/bash
+.SHELLFLAGS := -eu -o pipefail -c
+.DEFAULT_GOAL := help
+.NOTPARALLEL:
+.SUFFIXES:
+
+export PIP_DISABLE_PIP_VERSION_CHECK := 1
+
+PYENV_VERSIONS ?= $(or $(PYENV_ROOT),$(if $(HOME),$(HOME)/.pyenv,/root/.pyenv))/versions
+
+# --------------------------------------------------------------------------- interpreters
+
+# .venv: the newest Python 3.13/3.12 that actually starts (pyenv installs shims for every
+# version, and a shim for a version that is not selected fails), with Django 6.1.
+# Otherwise python3 with Django 5.2.
+ifndef BASE_PYTHON
+BASE_PYTHON := $(shell \
+  for minor in 13 12; do \
+    for p in $$(ls -d $(PYENV_VERSIONS)/3.$$minor*/bin/python 2>/dev/null | sort -rV) \
+             $$(command -v python3.$$minor 2>/dev/null); do \
+      if "$$p" -c 'import sys, venv; sys.exit(sys.version_info < (3, 12))' >/dev/null 2>&1; then \
+        "$$p" -c 'import sys; print(sys.executable)'; exit 0; \
+      fi; \
+    done; \
+  done; \
+  python3 -c 'import sys; print(sys.executable)' 2>/dev/null)
+endif
+BASE_INFO := $(shell $(BASE_PYTHON) -c 'import platform, sys; print(platform.python_version(), int(sys.version_info >= (3, 12)))' 2>/dev/null)
+BASE_VERSION := $(word 1,$(BASE_INFO))
+DJANGO_SERIES ?= $(if $(filter 1,$(word 2,$(BASE_INFO))),6.1,5.2)
+
+# .venv-py311: Python 3.11 with Django 5.2, for the compatibility run.
+ifndef COMPAT_PYTHON
+COMPAT_PYTHON := $(shell \
+  for p in $$(command -v python3 2>/dev/null) \
+           $$(ls -d $(PYENV_VERSIONS)/3.11*/bin/python 2>/dev/null | sort -rV) \
+           $$(command -v python3.11 2>/dev/null); do \
+    if "$$p" -c 'import sys, venv; sys.exit(sys.version_info[:2] != (3, 11))' >/dev/null 2>&1; then \
+      "$$p" -c 'import sys; print(sys.executable)'; exit 0; \
+    fi; \
+  done)
+endif
+COMPAT_VERSION := $(if $(COMPAT_PYTHON),$(shell $(COMPAT_PYTHON) -c 'import platform; print(platform.python_version())' 2>/dev/null))
+COMPAT_DJANGO_SERIES := 5.2
+
+VENV := .venv
+PY := $(VENV)/bin/python
+COMPAT_VENV := .venv-py311
+COMPAT_PY := $(COMPAT_VENV)/bin/python
+
+# --------------------------------------------------------------------------- settings
+
+ROOT := $(CURDIR)
+TEST_DATA := $(ROOT)/.test-data
+SQLITE_URL ?= sqlite:///$(TEST_DATA)/sqlqueue.sqlite3
+MYSQL_URL ?= mysql://root@127.0.0.1:3306/test
+POSTGRES_URL ?= postgres://postgres@127.0.0.1:5432/test
+BACKENDS ?= sqlite mysql postgres
+BENCH_DATABASE_URL ?= $(or $(DATABASE_URL),$(MYSQL_URL))
+PYTEST_ARGS ?=
+BENCH_ARGS ?=
+
+LINT_PATHS := $(wildcard django_sqlqueue tests example_project benchmarks)
+IS_CI := $(filter 1 true True TRUE yes on,$(CI))
+
+# --------------------------------------------------------------------------- helpers
+
+# $(call ensure_venv,<dir>,<python>,<python version>,<Django series>): (re)create <dir>
+# from <python> unless it already was made from exactly that interpreter.
+define ensure_venv
+	@if [ -z "$(2)" ]; then echo "sqlqueue: no suitable Python found for $(1)" >&2; exit 1; fi
+	@echo "sqlqueue: using $(2) (Python $(3)) with Django $(4)"
+	@want='$(2) $(3) Django-$(4)'; \
+	if [ ! -x $(1)/bin/python ] || [ "$$(cat $(1)/.sqlqueue-python 2>/dev/null)" != "$$want" ]; then \
+	  echo "sqlqueue: creating $(1)"; \
+	  rm -rf $(1); \
+	  $(2) -m venv $(1); \
+	  echo "$$want" > $(1)/.sqlqueue-python; \
+	fi
+endef
+
+# $(call run_suite,<venv python>,<title>): pytest once per backend in $(BACKENDS), then a
+# summary. Unreachable servers fail under CI=true and are skipped (loudly) otherwise.
+# Exits with the first non-zero pytest exit code.
+define run_suite
+	@mkdir -p $(TEST_DATA)
+	@status=0; summary=""; \
+	for backend in $(BACKENDS); do \
+	  case "$$backend" in \
+	    sqlite)   name=SQLite;     url='$(SQLITE_URL)' ;; \
+	    mysql)    name=MariaDB;    url='$(MYSQL_URL)' ;; \
+	    postgres) name=PostgreSQL; url='$(POSTGRES_URL)' ;; \
+	    *) echo "sqlqueue: unknown backend '$$backend' (expected sqlite, mysql or postgres)" >&2; exit 2 ;; \
+	  esac; \
+	  echo; \
+	  echo "==================== $(2): $$name ($$url) ===================="; \
+	  if [ "$$backend" != sqlite ] && ! msg=$$(DATABASE_URL="$$url" $(1) -m tests.backends); then \
+	    if [ -n "$(IS_CI)" ]; then \
+	      echo "sqlqueue: ERROR: $$msg -- CI=true requires every backend" >&2; \
+	      summary="$$summary $$name=UNREACHABLE"; [ $$status -ne 0 ] || status=1; \
+	    else \
+	      echo "*** SKIPPED: $$msg ***"; \
+	      summary="$$summary $$name=SKIPPED"; \
+	    fi; \
+	    continue; \
+	  fi; \
+	  rc=0; DATABASE_URL="$$url" $(1) -m pytest $(PYTEST_ARGS) || rc=$$?; \
+	  if [ $$rc -eq 0 ]; then summary="$$summary $$name=ok"; \
+	  else summary="$$summary $$name=FAILED(exit-$$rc)"; [ $$status -ne 0 ] || status=$$rc; fi; \
+	done; \
+	echo; \
+	echo "sqlqueue: $(2) results:$$summary"; \
+	exit $$status
+endef
+
+# --------------------------------------------------------------------------- targets
+
+.PHONY: help demo test test-backends test-compat lint check-migrations bench clean FORCE
+
+help:
+	@sed -n '3,13s/^# \{0,1\}//p' $(firstword $(MAKEFILE_LIST))
+
+# The venv marker is re-checked on every run but only rewritten when the interpreter
+# changes, so the install stamps below are redone only when needed.
+$(VENV)/.sqlqueue-python: FORCE
+	$(call ensure_venv,$(VENV),$(BASE_PYTHON),$(BASE_VERSION),$(DJANGO_SERIES))
+
+$(COMPAT_VENV)/.sqlqueue-python: FORCE
+	$(call ensure_venv,$(COMPAT_VENV),$(COMPAT_PYTHON),$(COMPAT_VERSION),$(COMPAT_DJANGO_SERIES))
+
+# Package + Django + django-environ only: no database drivers, no compiler.
+$(VENV)/.stamp-base: pyproject.toml $(VENV)/.sqlqueue-python
+	@echo "sqlqueue: installing django-sqlqueue (editable) into $(VENV)"
+	$(PY) -m pip install -qq -e . 'Django~=$(DJANGO_SERIES).0'
+	@touch $@
+
+$(VENV)/.stamp-dev: pyproject.toml $(VENV)/.sqlqueue-python
+	@echo "sqlqueue: installing django-sqlqueue[dev,mysql,postgres] (editable) into $(VENV)"
+	$(PY) -m pip install -qq -e '.[dev,mysql,postgres]' 'Django~=$(DJANGO_SERIES).0'
+	@touch $@ $(VENV)/.stamp-base
+
+$(COMPAT_VENV)/.stamp-dev: pyproject.toml $(COMPAT_VENV)/.sqlqueue-python
+	@echo "sqlqueue: installing django-sqlqueue[dev,mysql,postgres] (editable) into $(COMPAT_VENV)"
+	$(COMPAT_PY) -m pip install -qq -e '.[dev,mysql,postgres]' 'Django~=$(COMPAT_DJANGO_SERIES).0'
+	@touch $@
+
+demo: $(VENV)/.stamp-base
+	$(PY) example_project/manage.py migrate --noinput
+	$(PY) example_project/manage.py demo
+
+lint: $(VENV)/.stamp-dev
+	$(PY) -m ruff check $(LINT_PATHS)
+	DATABASE_URL='$(SQLITE_URL)' $(PY) -m mypy django_sqlqueue
+
+check-migrations: $(VENV)/.stamp-dev
+	DATABASE_URL='$(SQLITE_URL)' DJANGO_SETTINGS_MODULE=tests.settings \
+	  $(PY) -m django makemigrations --check --dry-run
+
+test-backends: $(VENV)/.stamp-dev
+	$(call run_suite,$(PY),Python $(BASE_VERSION) / Django $(DJANGO_SERIES))
+
+test: lint check-migrations test-backends $(if $(IS_CI),test-compat)
+
+test-compat: $(COMPAT_VENV)/.stamp-dev
+	DATABASE_URL='$(SQLITE_URL)' DJANGO_SETTINGS_MODULE=tests.settings \
+	  $(COMPAT_PY) -m django makemigrations --check --dry-run
+	$(call run_suite,$(COMPAT_PY),Python $(COMPAT_VERSION) / Django $(COMPAT_DJANGO_SERIES))
+
+bench: $(VENV)/.stamp-dev
+	DATABASE_URL='$(BENCH_DATABASE_URL)' PYTHONPATH='$(ROOT)' $(PY) benchmarks/run.py $(BENCH_ARGS)
+
+clean:
+	rm -rf $(VENV) $(COMPAT_VENV) .test-data .mypy_cache .ruff_cache .pytest_cache build dist
+	rm -rf *.egg-info example_project/*.sqlite3 example_project/*.sqlite3-*
+	find . -path ./.git -prune -o -name __pycache__ -type d -prune -exec rm -rf {} +
+
+FORCE:

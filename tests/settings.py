@@ -1,0 +1,107 @@
+"""Django settings for the django-sqlqueue test suite.
+
+The database comes from ``DATABASE_URL`` (django-environ syntax) and defaults to a
+SQLite file under ``.test-data/``. The Makefile runs the suite once per backend:
+
+    sqlite:////<repo>/.test-data/sqlqueue.sqlite3
+    mysql://root@127.0.0.1:3306/test
+    postgres://postgres@127.0.0.1:5432/test
+
+Worker processes started by the tests must open the test database that the test
+runner created, not the configured one: they get its name (a file path for SQLite)
+in ``SQLQUEUE_TEST_DB_NAME``.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import environ
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+TEST_DATA_DIR = REPO_ROOT / ".test-data"
+
+env = environ.Env()
+
+DEFAULT_DATABASE_URL = f"sqlite:///{TEST_DATA_DIR / 'sqlqueue.sqlite3'}"
+
+SECRET_KEY = "django-sqlqueue-tests-not-secret"
+DEBUG = False
+ALLOWED_HOSTS = ["*"]
+
+INSTALLED_APPS = [
+    "django.contrib.contenttypes",
+    "django.contrib.auth",
+    "django.contrib.admin",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "django_sqlqueue",
+    "tests.testapp",
+]
+
+MIDDLEWARE = [
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+]
+
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "DIRS": [],
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+            ],
+        },
+    },
+]
+
+ROOT_URLCONF = "tests.urls"
+
+USE_TZ = True
+TIME_ZONE = "UTC"
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+# Fast hashing keeps admin/auth fixtures cheap.
+PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+
+# --------------------------------------------------------------------------- database
+
+DATABASES = {"default": env.db_url("DATABASE_URL", default=DEFAULT_DATABASE_URL)}
+_db = DATABASES["default"]
+_engine = _db["ENGINE"]
+
+if _engine == "django.db.backends.sqlite3":
+    TEST_DATA_DIR.mkdir(exist_ok=True)
+    _db.setdefault("OPTIONS", {}).update(
+        {
+            # Take the write lock at BEGIN so concurrent workers queue on `timeout`
+            # instead of failing with "database is locked" on lock upgrade.
+            "transaction_mode": "IMMEDIATE",
+            "timeout": 20,
+            "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;",
+        }
+    )
+    # A real file (not :memory:) so worker subprocesses can open the same test database.
+    _db["TEST"] = {"NAME": str(TEST_DATA_DIR / "test_sqlqueue.sqlite3")}
+elif _engine == "django.db.backends.mysql":
+    _db.setdefault("OPTIONS", {}).update(
+        {"charset": "utf8mb4", "isolation_level": "read committed"}
+    )
+    _db["TEST"] = {"CHARSET": "utf8mb4", "COLLATION": "utf8mb4_bin"}
+# PostgreSQL needs nothing beyond what the URL gives.
+
+if _test_db_name := os.environ.get("SQLQUEUE_TEST_DB_NAME"):
+    _db["NAME"] = _test_db_name
+
+# --------------------------------------------------------------------------- sqlqueue
+
+# Settings for django_sqlqueue itself (poll interval, batch sizes, ...), tuned for tests.
+SQLQUEUE: dict[str, object] = {}

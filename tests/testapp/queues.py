@@ -1,0 +1,1 @@
+# Queue declarations used by the test suite live here.
