@@ -19,9 +19,15 @@ from .exceptions import (
 )
 
 if TYPE_CHECKING:
+    from .consuming.backoff import ExponentialBackoff
+    from .consuming.message import Message
+    from .consuming.registry import subscriber
     from .publishing import StoredMessage, publish, publish_many
 
 _LAZY = {
+    "ExponentialBackoff": "django_sqlqueue.consuming.backoff",
+    "Message": "django_sqlqueue.consuming.message",
+    "subscriber": "django_sqlqueue.consuming.registry",
     "StoredMessage": "django_sqlqueue.publishing",
     "publish": "django_sqlqueue.publishing",
     "publish_many": "django_sqlqueue.publishing",
@@ -30,6 +36,8 @@ _LAZY = {
 __all__ = [
     "ConfigurationError",
     "DeadLetter",
+    "ExponentialBackoff",
+    "Message",
     "InvalidMessage",
     "LeaseLost",
     "Retry",
@@ -37,6 +45,7 @@ __all__ = [
     "StoredMessage",
     "publish",
     "publish_many",
+    "subscriber",
 ]
 
 

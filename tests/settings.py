@@ -14,6 +14,7 @@ in ``SQLQUEUE_TEST_DB_NAME``.
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 
@@ -103,5 +104,15 @@ if _test_db_name := os.environ.get("SQLQUEUE_TEST_DB_NAME"):
 
 # --------------------------------------------------------------------------- sqlqueue
 
-# Settings for django_sqlqueue itself (poll interval, batch sizes, ...), tuned for tests.
-SQLQUEUE: dict[str, object] = {}
+# Settings for django_sqlqueue itself, tuned so worker tests finish quickly: fast polls,
+# short leases. Worker subprocesses may override keys with a JSON object in
+# SQLQUEUE_TEST_SETTINGS.
+SQLQUEUE: dict[str, object] = {
+    "POLL_INTERVAL": 0.05,
+    "LEASE_DURATION": 3.0,
+    "RENEW_INTERVAL": 0.5,
+    "VISIBILITY_TIMEOUT": 5.0,
+    "SHUTDOWN_GRACE": 10.0,
+}
+if _overrides := os.environ.get("SQLQUEUE_TEST_SETTINGS"):
+    SQLQUEUE.update(json.loads(_overrides))

@@ -1,8 +1,137 @@
 from __future__ import annotations
 
-from django.db import models
+from collections.abc import Sequence
 
+from django.db import connections, models
+
+from ..db import sql as sqlb
+from ..db import vendor
 from .fields import GROUP_LENGTH, KEY_LENGTH, TOPIC_LENGTH
+
+_PK = ("consumer_group", "topic", "partition_key", "message_offset")
+ERROR_LENGTH = 10_000  # characters of a handler's error kept (MySQL TEXT holds 64 KiB)
+
+# (partition_key, message_offset)
+MessageRef = tuple[str, int]
+
+
+class DeliveryStateManager(models.Manager["DeliveryState"]):
+    """SQL for ``queue_delivery_state``: deliver, ack, nack, extend, clean up.
+
+    The worker calls these inside its tick transaction, after it has share-locked its own
+    lease rows: that lock is the fence that keeps a worker which lost a partition from
+    writing on its behalf.
+    """
+
+    def mark_delivered(
+        self, group: str, topic: str, refs: Sequence[MessageRef], invisible_until: int,
+        using: str,
+    ) -> None:
+        """Make messages invisible until ``invisible_until``; a redelivery bumps retry_count."""
+        if not refs:
+            return
+        connection = connections[using]
+        q = sqlb.quoter(connection)
+        false = vendor.false_sql(connection)
+        columns = ", ".join(q(c) for c in (*_PK, "acked", "invisible_until", "retry_count", "last_error"))
+        values = ", ".join([f"(%s, %s, %s, %s, {false}, %s, 0, '')"] * len(refs))
+        if connection.vendor == "mysql":
+            tail = (
+                f" ON DUPLICATE KEY UPDATE {q('retry_count')} = {q('retry_count')} + 1, "
+                f"{q('invisible_until')} = VALUES({q('invisible_until')})"
+            )
+        else:
+            table = q("queue_delivery_state")
+            tail = (
+                f" ON CONFLICT ({', '.join(q(c) for c in _PK)}) DO UPDATE SET "
+                f"{q('retry_count')} = {table}.{q('retry_count')} + 1, "
+                f"{q('invisible_until')} = EXCLUDED.{q('invisible_until')}"
+            )
+        params: list[object] = []
+        for key, offset in refs:
+            params += [group, topic, key, offset, invisible_until]
+        sqlb.execute(
+            connection,
+            f"INSERT INTO {q('queue_delivery_state')} ({columns}) VALUES {values}{tail}",
+            params,
+        )
+
+    def ack(self, group: str, topic: str, refs: Sequence[MessageRef], using: str,
+            error: str = "") -> int:
+        """Mark messages done for the group (``error`` is kept when dead-lettering)."""
+        if not refs:
+            return 0
+        connection = connections[using]
+        q = sqlb.quoter(connection)
+        set_error = f", {q('last_error')} = %s" if error else ""
+        return sqlb.execute(
+            connection,
+            f"UPDATE {q('queue_delivery_state')} SET {q('acked')} = {vendor.true_sql(connection)}"
+            f"{set_error} WHERE {q('consumer_group')} = %s AND {q('topic')} = %s AND "
+            f"({q('partition_key')}, {q('message_offset')}) IN ({vendor.row_values(len(refs), 2)})",
+            ([error[:ERROR_LENGTH]] if error else []) + [group, topic]
+            + [v for ref in refs for v in ref],
+        )
+
+    def nack(self, group: str, topic: str, ref: MessageRef, invisible_until: int, error: str,
+             using: str) -> int:
+        """Make an unacked message visible again at ``invisible_until`` (non-blocking retry)."""
+        connection = connections[using]
+        q = sqlb.quoter(connection)
+        return sqlb.execute(
+            connection,
+            f"UPDATE {q('queue_delivery_state')} SET {q('invisible_until')} = %s, "
+            f"{q('last_error')} = %s WHERE {q('consumer_group')} = %s AND {q('topic')} = %s "
+            f"AND {q('partition_key')} = %s AND {q('message_offset')} = %s "
+            f"AND {q('acked')} = {vendor.false_sql(connection)}",
+            [invisible_until, error[:ERROR_LENGTH], group, topic, *ref],
+        )
+
+    def extend(self, group: str, topic: str, refs: Sequence[MessageRef], invisible_until: int,
+               using: str, fence: tuple[str, int] | None = None) -> int:
+        """Push back the visibility timeout of in-flight messages, without counting a retry.
+
+        ``fence`` = (worker name, lease generation) makes the statement check ownership
+        itself, for callers outside the worker's fenced tick (a handler's own extension).
+        """
+        if not refs:
+            return 0
+        connection = connections[using]
+        q = sqlb.quoter(connection)
+        table = q("queue_delivery_state")
+        fence_sql, fence_params = "", []
+        if fence is not None:
+            fence_sql = (
+                f" AND EXISTS (SELECT 1 FROM {q('queue_partition_leases')} l "
+                f"WHERE l.{q('consumer_group')} = {table}.{q('consumer_group')} "
+                f"AND l.{q('topic')} = {table}.{q('topic')} "
+                f"AND l.{q('partition_key')} = {table}.{q('partition_key')} "
+                f"AND l.{q('leased_by')} = %s AND l.{q('generation')} = %s)"
+            )
+            fence_params = list(fence)
+        return sqlb.execute(
+            connection,
+            f"UPDATE {table} SET {q('invisible_until')} = %s "
+            f"WHERE {q('consumer_group')} = %s AND {q('topic')} = %s AND "
+            f"({q('partition_key')}, {q('message_offset')}) IN ({vendor.row_values(len(refs), 2)}) "
+            f"AND {q('acked')} = {vendor.false_sql(connection)}{fence_sql}",
+            [invisible_until, group, topic, *[v for ref in refs for v in ref], *fence_params],
+        )
+
+    def delete_acked(self, group: str, topic: str, refs: Sequence[MessageRef], using: str) -> int:
+        """Drop acked rows the watermark has passed; they are never read again."""
+        if not refs:
+            return 0
+        connection = connections[using]
+        q = sqlb.quoter(connection)
+        return sqlb.execute(
+            connection,
+            f"DELETE FROM {q('queue_delivery_state')} WHERE {q('consumer_group')} = %s "
+            f"AND {q('topic')} = %s AND "
+            f"({q('partition_key')}, {q('message_offset')}) IN ({vendor.row_values(len(refs), 2)}) "
+            f"AND {q('acked')} = {vendor.true_sql(connection)}",
+            [group, topic, *[v for ref in refs for v in ref]],
+        )
 
 
 class DeliveryState(models.Model):
@@ -23,6 +152,8 @@ class DeliveryState(models.Model):
     # Redeliveries so far: the attempt number is retry_count + 1.
     retry_count = models.IntegerField(default=0)
     last_error = models.TextField(blank=True, default="")
+
+    objects = DeliveryStateManager()
 
     class Meta:
         db_table = "queue_delivery_state"

@@ -1,8 +1,64 @@
 from __future__ import annotations
 
-from django.db import models
+from collections.abc import Sequence
 
+from django.db import connections, models
+
+from ..db import sql as sqlb
 from .fields import GROUP_LENGTH, SUBSCRIBER_NAME_LENGTH, TOPIC_LENGTH
+
+
+class SubscriberHeartbeatManager(models.Manager["SubscriberHeartbeat"]):
+    """SQL for ``queue_subscriber_heartbeats``: beat, count the living, deregister."""
+
+    def beat(self, group: str, topic: str, name: str, now_ms: int, using: str) -> None:
+        connection = connections[using]
+        q = sqlb.quoter(connection)
+        columns = f"{q('consumer_group')}, {q('topic')}, {q('subscriber_name')}"
+        if connection.vendor == "mysql":
+            tail = (
+                f" ON DUPLICATE KEY UPDATE {q('heartbeat_at')} = VALUES({q('heartbeat_at')}), "
+                f"{q('deregistered_at')} = 0"
+            )
+        else:
+            tail = (
+                f" ON CONFLICT ({columns}) DO UPDATE SET "
+                f"{q('heartbeat_at')} = EXCLUDED.{q('heartbeat_at')}, {q('deregistered_at')} = 0"
+            )
+        sqlb.execute(
+            connection,
+            f"INSERT INTO {q('queue_subscriber_heartbeats')} ({columns}, {q('heartbeat_at')}, "
+            f"{q('deregistered_at')}) VALUES (%s, %s, %s, %s, 0){tail}",
+            [group, topic, name[:SUBSCRIBER_NAME_LENGTH], now_ms],
+        )
+
+    def active_count(self, group: str, topic: str, alive_after_ms: int, using: str) -> int:
+        return (
+            self.using(using)
+            .filter(consumer_group=group, topic=topic, deregistered_at=0,
+                    heartbeat_at__gt=alive_after_ms)
+            .count()
+        )
+
+    def deregister(self, name: str, now_ms: int, using: str) -> int:
+        return (
+            self.using(using)
+            .filter(subscriber_name=name[:SUBSCRIBER_NAME_LENGTH])
+            .update(deregistered_at=now_ms)
+        )
+
+    def groups_of(self, topics: Sequence[str], using: str) -> dict[str, list[str]]:
+        """Every consumer group that has ever subscribed to each topic."""
+        result: dict[str, list[str]] = {topic: [] for topic in topics}
+        rows = (
+            self.using(using).filter(topic__in=list(topics))
+            .values_list("topic", "consumer_group").distinct()
+        )
+        for topic, group in rows:
+            result[topic].append(group)
+        return result
+
+
 
 
 class SubscriberHeartbeat(models.Model):
@@ -14,6 +70,8 @@ class SubscriberHeartbeat(models.Model):
     subscriber_name = models.CharField(max_length=SUBSCRIBER_NAME_LENGTH)
     heartbeat_at = models.BigIntegerField(default=0)  # epoch ms, database clock
     deregistered_at = models.BigIntegerField(default=0)  # 0 = active
+
+    objects = SubscriberHeartbeatManager()
 
     class Meta:
         db_table = "queue_subscriber_heartbeats"

@@ -1,8 +1,128 @@
 from __future__ import annotations
 
-from django.db import models
+from collections.abc import Sequence
 
+from django.db import connections, models
+
+from ..db import sql as sqlb
+from ..db import vendor
 from .fields import GROUP_LENGTH, KEY_LENGTH, SUBSCRIBER_NAME_LENGTH, TOPIC_LENGTH
+
+# (consumer_group, topic, partition_key) -> generation
+Owned = dict[tuple[str, str, str], int]
+
+
+class PartitionLeaseManager(models.Manager["PartitionLease"]):
+    """SQL for ``queue_partition_leases``: create, acquire, renew, fence, release."""
+
+    def fence(self, worker: str, using: str) -> Owned:
+        """Share-lock every lease ``worker`` holds and return them with their generations.
+
+        Run first in a transaction: until it commits nobody can take these partitions, so
+        every later statement in it writes only on behalf of partitions still owned.
+        """
+        connection = connections[using]
+        q = sqlb.quoter(connection)
+        rows = sqlb.fetch_all(
+            connection,
+            f"SELECT {q('consumer_group')}, {q('topic')}, {q('partition_key')}, {q('generation')} "
+            f"FROM {q('queue_partition_leases')} WHERE {q('leased_by')} = %s"
+            + vendor.for_share_sql(connection),
+            [worker],
+        )
+        return {(r[0], r[1], r[2]): int(r[3]) for r in rows}
+
+    def ensure_partitions(self, group: str, topic: str, keys: Sequence[str], using: str) -> None:
+        """Create free lease rows for partitions that have none yet."""
+        if not keys:
+            return
+        connection = connections[using]
+        q = sqlb.quoter(connection)
+        prefix, suffix = vendor.insert_ignore_sql(
+            connection, ("consumer_group", "topic", "partition_key")
+        )
+        for batch in sqlb.chunks(list(keys), 500):
+            sqlb.execute(
+                connection,
+                f"{prefix} {q('queue_partition_leases')} ({q('consumer_group')}, {q('topic')}, "
+                f"{q('partition_key')}, {q('leased_by')}, {q('leased_at')}, "
+                f"{q('lease_renewed_at')}, {q('generation')}) VALUES "
+                + ", ".join(["(%s, %s, %s, '', 0, 0, 0)"] * len(batch)) + suffix,
+                [v for key in batch for v in (group, topic, key)],
+            )
+
+    def count_partitions(self, group: str, topic: str, using: str) -> int:
+        return self.using(using).filter(consumer_group=group, topic=topic).count()
+
+    def claimable(self, group: str, topic: str, stale_before_ms: int, limit: int,
+                  using: str) -> list[str]:
+        """Lock up to ``limit`` free or stale partitions (in a transaction), key order."""
+        connection = connections[using]
+        q = sqlb.quoter(connection)
+        return [r[0] for r in sqlb.fetch_all(
+            connection,
+            f"SELECT {q('partition_key')} FROM {q('queue_partition_leases')} "
+            f"WHERE {q('consumer_group')} = %s AND {q('topic')} = %s "
+            f"AND ({q('leased_by')} = '' OR {q('lease_renewed_at')} < %s) "
+            f"ORDER BY {q('partition_key')} LIMIT %s" + vendor.skip_locked_sql(connection),
+            [group, topic, stale_before_ms, limit],
+        )]
+
+    def take(self, group: str, topic: str, keys: Sequence[str], worker: str,
+             stale_before_ms: int, now_ms: int, using: str) -> None:
+        """Take over locked, claimable partitions; a new generation fences the old owner."""
+        if not keys:
+            return
+        connection = connections[using]
+        q = sqlb.quoter(connection)
+        sqlb.execute(
+            connection,
+            f"UPDATE {q('queue_partition_leases')} SET {q('leased_by')} = %s, "
+            f"{q('leased_at')} = %s, {q('lease_renewed_at')} = %s, "
+            f"{q('generation')} = {q('generation')} + 1 "
+            f"WHERE {q('consumer_group')} = %s AND {q('topic')} = %s "
+            f"AND {q('partition_key')} IN ({vendor.placeholders(len(keys))}) "
+            f"AND ({q('leased_by')} = '' OR {q('lease_renewed_at')} < %s)",
+            [worker[:SUBSCRIBER_NAME_LENGTH], now_ms, now_ms, group, topic, *keys,
+             stale_before_ms],
+        )
+
+    def owned(self, group: str, topic: str, worker: str, using: str) -> dict[str, int]:
+        connection = connections[using]
+        q = sqlb.quoter(connection)
+        return {r[0]: int(r[1]) for r in sqlb.fetch_all(
+            connection,
+            f"SELECT {q('partition_key')}, {q('generation')} FROM {q('queue_partition_leases')} "
+            f"WHERE {q('consumer_group')} = %s AND {q('topic')} = %s AND {q('leased_by')} = %s",
+            [group, topic, worker],
+        )}
+
+    def renew(self, worker: str, now_ms: int, using: str) -> int:
+        """Renew every lease ``worker`` holds, in one statement."""
+        connection = connections[using]
+        q = sqlb.quoter(connection)
+        return sqlb.execute(
+            connection,
+            f"UPDATE {q('queue_partition_leases')} SET {q('lease_renewed_at')} = %s "
+            f"WHERE {q('leased_by')} = %s",
+            [now_ms, worker],
+        )
+
+    def release(self, group: str, topic: str, held: dict[str, int], worker: str,
+                using: str) -> int:
+        """Free partitions (only those still held under the given generations)."""
+        if not held:
+            return 0
+        connection = connections[using]
+        q = sqlb.quoter(connection)
+        return sqlb.execute(
+            connection,
+            f"UPDATE {q('queue_partition_leases')} SET {q('leased_by')} = '', "
+            f"{q('lease_renewed_at')} = 0 WHERE {q('consumer_group')} = %s AND {q('topic')} = %s "
+            f"AND {q('leased_by')} = %s AND ({q('partition_key')}, {q('generation')}) IN "
+            f"({vendor.row_values(len(held), 2)})",
+            [group, topic, worker, *[v for item in held.items() for v in item]],
+        )
 
 
 class PartitionLease(models.Model):
@@ -23,6 +143,8 @@ class PartitionLease(models.Model):
     leased_at = models.BigIntegerField(default=0)  # epoch ms, database clock
     lease_renewed_at = models.BigIntegerField(default=0)  # epoch ms, database clock
     generation = models.BigIntegerField(default=0)
+
+    objects = PartitionLeaseManager()
 
     class Meta:
         db_table = "queue_partition_leases"

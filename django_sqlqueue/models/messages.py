@@ -6,6 +6,7 @@ from typing import Any
 from django.core.serializers.json import DjangoJSONEncoder
 from django.db import connections, models
 
+from ..db import sql as sqlb
 from ..db import vendor
 from .fields import GROUP_LENGTH, ID_LENGTH, KEY_LENGTH, TOPIC_LENGTH
 
@@ -93,6 +94,171 @@ class QueueMessageManager(models.Manager["QueueMessage"]):
                 f"END WHERE {q('offset')} IN ({vendor.placeholders(len(offsets))})",
                 params + list(offsets),
             )
+
+    def new_since(
+        self, after_position: int, up_to_position: int, topics: Sequence[str], now_ms: int,
+        using: str,
+    ) -> list[tuple[str, str, int | None]]:
+        """Partitions of ``topics`` that got messages with a position in (after, up_to].
+
+        Returns (topic, partition_key, earliest deliver_at still in the future or None).
+        Reads only the new rows, through the position index.
+        """
+        connection = connections[using]
+        q = sqlb.quoter(connection)
+        sql = (
+            f"SELECT {q('topic')}, {q('partition_key')}, "
+            f"MIN(CASE WHEN {q('deliver_at')} > %s THEN {q('deliver_at')} END) "
+            f"FROM {q('queue_messages')} WHERE {q('position')} > %s AND {q('position')} <= %s "
+            f"AND {q('topic')} IN ({vendor.placeholders(len(topics))}) "
+            f"GROUP BY {q('topic')}, {q('partition_key')}"
+        )
+        rows = sqlb.fetch_all(connection, sql, [now_ms, after_position, up_to_position, *topics])
+        return [(r[0], r[1], None if r[2] is None else int(r[2])) for r in rows]
+
+    def partition_keys(self, topic: str, using: str) -> list[str]:
+        """Every partition key that has messages in ``topic``."""
+        connection = connections[using]
+        q = sqlb.quoter(connection)
+        return [r[0] for r in sqlb.fetch_all(
+            connection,
+            f"SELECT DISTINCT {q('partition_key')} FROM {q('queue_messages')} WHERE {q('topic')} = %s",
+            [topic],
+        )]
+
+    def walk(
+        self, group: str, topic: str, watermarks: dict[str, int], limit: int, using: str
+    ) -> dict[str, list[tuple[int, int, bool]]]:
+        """For each partition, up to ``limit`` (position, offset, acked) above its watermark.
+
+        The watermark walk reads the log and the group's delivery state together; a
+        message without a delivery row has not been delivered (acked = False).
+        """
+        connection = connections[using]
+        q = sqlb.quoter(connection)
+        result: dict[str, list[tuple[int, int, bool]]] = {key: [] for key in watermarks}
+        branch = (
+            f"SELECT m.{q('partition_key')} AS pk, m.{q('position')} AS pos, m.{q('offset')} AS off, "
+            f"d.{q('acked')} AS acked FROM {q('queue_messages')} m "
+            f"LEFT JOIN {q('queue_delivery_state')} d ON d.{q('consumer_group')} = %s "
+            f"AND d.{q('topic')} = m.{q('topic')} AND d.{q('partition_key')} = m.{q('partition_key')} "
+            f"AND d.{q('message_offset')} = m.{q('offset')} "
+            f"WHERE m.{q('topic')} = %s AND m.{q('partition_key')} = %s AND m.{q('position')} > %s "
+            f"ORDER BY m.{q('position')} LIMIT %s"
+        )
+        for keys in sqlb.chunks(list(watermarks)):
+            params: list[Any] = []
+            for key in keys:
+                params += [group, topic, key, watermarks[key], limit]
+            for pk, pos, off, acked in sqlb.fetch_all(
+                connection, sqlb.union_all([branch] * len(keys)), params
+            ):
+                result[pk].append((int(pos), int(off), bool(acked)))
+        for rows in result.values():
+            rows.sort()
+        return result
+
+    def fetch_deliverable(
+        self, group: str, topic: str, windows: dict[str, tuple[int, int]], strict: bool,
+        now_ms: int, using: str,
+    ) -> list[tuple[Any, ...]]:
+        """Messages the group may be handed now, per partition ``key: (watermark, limit)``.
+
+        Concurrent mode: the first ``limit`` messages above the watermark that are not
+        acked, are due (``deliver_at``) and are visible (``invisible_until``); nacked and
+        delayed messages do not hold back the ones behind them. Strict mode: only the
+        partition's first unacked message, and only if it is deliverable, so a partition
+        is handled one message at a time in order.
+
+        Rows: (offset, position, partition_key, id, payload, metadata, published_at,
+        retry_count or -1 when never delivered, last_error).
+        """
+        connection = connections[using]
+        q = sqlb.quoter(connection)
+        false = vendor.false_sql(connection)
+        due = (
+            f"m.{q('deliver_at')} <= %s AND (d.{q('message_offset')} IS NULL "
+            f"OR d.{q('invisible_until')} <= %s)"
+        )
+        columns = (
+            f"m.{q('offset')} AS off, m.{q('position')} AS pos, m.{q('partition_key')} AS pk, "
+            f"m.{q('id')} AS mid, m.{q('payload')} AS payload, m.{q('metadata')} AS metadata, "
+            f"m.{q('published_at')} AS published_at, m.{q('deliver_at')} AS deliver_at, "
+            f"COALESCE(d.{q('retry_count')}, -1) AS retries, "
+            f"COALESCE(d.{q('invisible_until')}, 0) AS invisible, "
+            f"COALESCE(d.{q('last_error')}, '') AS last_error"
+        )
+        branch = (
+            f"SELECT {columns} FROM {q('queue_messages')} m "
+            f"LEFT JOIN {q('queue_delivery_state')} d ON d.{q('consumer_group')} = %s "
+            f"AND d.{q('topic')} = m.{q('topic')} AND d.{q('partition_key')} = m.{q('partition_key')} "
+            f"AND d.{q('message_offset')} = m.{q('offset')} "
+            f"WHERE m.{q('topic')} = %s AND m.{q('partition_key')} = %s AND m.{q('position')} > %s "
+            f"AND (d.{q('acked')} IS NULL OR d.{q('acked')} = {false}) "
+            + ("" if strict else f"AND {due} ")
+            + f"ORDER BY m.{q('position')} LIMIT %s"
+        )
+        rows: list[tuple[Any, ...]] = []
+        for keys in sqlb.chunks(list(windows)):
+            params: list[Any] = []
+            for key in keys:
+                watermark, limit = windows[key]
+                params += [group, topic, key, watermark]
+                if not strict:
+                    params += [now_ms, now_ms]
+                params.append(1 if strict else limit)
+            for row in sqlb.fetch_all(connection, sqlb.union_all([branch] * len(keys)), params):
+                (off, pos, pk, mid, payload, metadata, published_at, deliver_at, retries,
+                 invisible, last_error) = row
+                if strict and (int(deliver_at) > now_ms or int(invisible) > now_ms):
+                    continue  # the head is in flight, backing off or delayed: wait for it
+                rows.append((int(off), int(pos), pk, mid, payload, metadata, int(published_at),
+                             int(retries), last_error))
+        rows.sort(key=lambda r: r[1])
+        return rows
+
+    def copy_to_dead_letters(
+        self, offset: int, dlq_topic: str, group: str, attempts: int, error: str, using: str
+    ) -> None:
+        """Append the dead-letter copy of message ``offset`` for ``group``; the original stays.
+
+        The copy's id is ``<group>:<offset>``, so each failing group gets its own entry and
+        repeating the move after a crash is a no-op.
+        """
+        connection = connections[using]
+        q = sqlb.quoter(connection)
+        now = vendor.now_ms_sql(connection)
+        prefix, suffix = vendor.insert_ignore_sql(connection, ("topic", "partition_key", "id"))
+        sql = (
+            f"{prefix} {q('queue_messages')} ({', '.join(q(c) for c in _INSERT_COLUMNS)}) "
+            f"SELECT %s, {q('partition_key')}, %s, {q('payload')}, {q('metadata')}, {now}, %s, %s, "
+            f"{q('topic')}, {q('offset')}, %s, {now}, {q('published_at')}, {now} "
+            f"FROM {q('queue_messages')} WHERE {q('offset')} = %s{suffix}"
+        )
+        sqlb.execute(connection, sql, [dlq_topic, f"{group}:{offset}", attempts, error, group, offset])
+
+    def collectable_offsets(
+        self, topic: str, key: str, up_to_position: int, limit: int, using: str
+    ) -> list[int]:
+        connection = connections[using]
+        q = sqlb.quoter(connection)
+        return [int(r[0]) for r in sqlb.fetch_all(
+            connection,
+            f"SELECT {q('offset')} FROM {q('queue_messages')} WHERE {q('topic')} = %s "
+            f"AND {q('partition_key')} = %s AND {q('position')} <= %s "
+            f"ORDER BY {q('position')} LIMIT %s",
+            [topic, key, up_to_position, limit],
+        )]
+
+    def delete_offsets(self, offsets: Sequence[int], using: str) -> int:
+        connection = connections[using]
+        q = sqlb.quoter(connection)
+        return sqlb.execute(
+            connection,
+            f"DELETE FROM {q('queue_messages')} WHERE {q('offset')} IN "
+            f"({vendor.placeholders(len(offsets))})",
+            list(offsets),
+        )
 
     def _read_back(
         self, connection: Any, rows: Sequence[NewRow]

@@ -1,8 +1,79 @@
 from __future__ import annotations
 
-from django.db import models
+from collections.abc import Sequence
 
+from django.db import connections, models
+
+from ..db import sql as sqlb
+from ..db import vendor
 from .fields import GROUP_LENGTH, KEY_LENGTH, TOPIC_LENGTH
+
+
+class ConsumerOffsetManager(models.Manager["ConsumerOffset"]):
+    """SQL for ``queue_offsets``: read and advance watermarks, find the GC horizon."""
+
+    def ensure(self, group: str, topic: str, keys: Sequence[str], using: str) -> None:
+        if not keys:
+            return
+        connection = connections[using]
+        q = sqlb.quoter(connection)
+        prefix, suffix = vendor.insert_ignore_sql(
+            connection, ("consumer_group", "topic", "partition_key")
+        )
+        for batch in sqlb.chunks(list(keys), 500):
+            sqlb.execute(
+                connection,
+                f"{prefix} {q('queue_offsets')} ({q('consumer_group')}, {q('topic')}, "
+                f"{q('partition_key')}, {q('offset_acked')}, {q('updated_at')}) VALUES "
+                + ", ".join([f"(%s, %s, %s, 0, {vendor.now_ms_sql(connection)})"] * len(batch))
+                + suffix,
+                [v for key in batch for v in (group, topic, key)],
+            )
+
+    def watermarks(self, group: str, topic: str, keys: Sequence[str], using: str) -> dict[str, int]:
+        result: dict[str, int] = {}
+        for batch in sqlb.chunks(list(keys), 500):
+            result.update(
+                self.using(using)
+                .filter(consumer_group=group, topic=topic, partition_key__in=batch)
+                .values_list("partition_key", "offset_acked")
+            )
+        return result
+
+    def advance(self, group: str, topic: str, watermarks: dict[str, int], now_ms: int,
+                using: str) -> int:
+        """Move watermarks forward (never back), one statement for all partitions."""
+        if not watermarks:
+            return 0
+        connection = connections[using]
+        q = sqlb.quoter(connection)
+        cases = " ".join(["WHEN %s THEN %s"] * len(watermarks))
+        new_value = f"CASE {q('partition_key')} {cases} END"
+        params: list[object] = [v for item in watermarks.items() for v in item]
+        return sqlb.execute(
+            connection,
+            f"UPDATE {q('queue_offsets')} SET {q('offset_acked')} = {new_value}, "
+            f"{q('updated_at')} = %s WHERE {q('consumer_group')} = %s AND {q('topic')} = %s "
+            f"AND {q('partition_key')} IN ({vendor.placeholders(len(watermarks))}) "
+            f"AND {q('offset_acked')} < {new_value}",
+            [*params, now_ms, group, topic, *watermarks, *params],
+        )
+
+    def gc_horizons(self, topic: str, groups: Sequence[str], using: str) -> dict[str, int]:
+        """Per partition, the lowest watermark over ``groups``; partitions some group has
+        no watermark for are left out (that group has not consumed them yet)."""
+        if not groups:
+            return {}
+        connection = connections[using]
+        q = sqlb.quoter(connection)
+        rows = sqlb.fetch_all(
+            connection,
+            f"SELECT {q('partition_key')}, MIN({q('offset_acked')}), COUNT(*) FROM {q('queue_offsets')} "
+            f"WHERE {q('topic')} = %s AND {q('consumer_group')} IN ({vendor.placeholders(len(groups))}) "
+            f"GROUP BY {q('partition_key')}",
+            [topic, *groups],
+        )
+        return {r[0]: int(r[1]) for r in rows if int(r[2]) == len(groups) and int(r[1]) > 0}
 
 
 class ConsumerOffset(models.Model):
@@ -19,6 +90,8 @@ class ConsumerOffset(models.Model):
     partition_key = models.CharField(max_length=KEY_LENGTH, blank=True)
     offset_acked = models.BigIntegerField(default=0)
     updated_at = models.BigIntegerField(default=0)  # epoch ms, database clock
+
+    objects = ConsumerOffsetManager()
 
     class Meta:
         db_table = "queue_offsets"

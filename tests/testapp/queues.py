@@ -1,1 +1,46 @@
-# Queue declarations used by the test suite live here.
+"""Handlers for the worker tests: each records its run in the Handled table."""
+
+from __future__ import annotations
+
+import os
+import time
+
+import django_sqlqueue as sqlqueue
+
+from .models import Handled
+
+FAST_RETRY = sqlqueue.ExponentialBackoff(base=0.05, cap=0.2)
+
+
+def record(message: sqlqueue.Message) -> None:
+    Handled.objects.create(
+        group=message.group, topic=message.topic, key=message.key, offset=message.offset,
+        message_id=message.id, payload=message.payload, attempt=message.attempt,
+        pid=os.getpid(), handled_at=time.time(),
+    )
+
+
+@sqlqueue.subscriber("orders", group="billing", backoff=FAST_RETRY)
+@sqlqueue.subscriber("orders", group="shipping", backoff=FAST_RETRY)
+def handle_order(message: sqlqueue.Message) -> None:
+    record(message)
+    if isinstance(message.payload, dict) and message.payload.get("fail_for") == message.group:
+        raise RuntimeError(f"cannot handle order for {message.group}")
+
+
+@sqlqueue.subscriber("poison", group="billing", max_attempts=3, backoff=FAST_RETRY)
+def always_fails(message: sqlqueue.Message) -> None:
+    record(message)
+    raise ValueError("poison message")
+
+
+@sqlqueue.subscriber("slow", group="billing", visibility_timeout=2, backoff=FAST_RETRY)
+def slow(message: sqlqueue.Message) -> None:
+    record(message)
+    time.sleep(float(message.payload.get("sleep", 0)))
+
+
+@sqlqueue.subscriber("strict", group="ordered", batch_size=1, backoff=FAST_RETRY)
+def strictly_ordered(message: sqlqueue.Message) -> None:
+    record(message)
+    time.sleep(0.002)

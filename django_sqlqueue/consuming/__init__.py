@@ -1,0 +1,1 @@
+"""The consumer's side of the API: @subscriber, Message, backoff policies."""

@@ -1,0 +1,41 @@
+"""The message a handler receives."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+
+@dataclass
+class Message:
+    """One delivery of a message to a consumer group's handler.
+
+    ``attempt`` is 1 on the first delivery. Handlers must be idempotent: delivery is
+    at-least-once, so the same message can arrive again (after a crash, a timeout, ...).
+    """
+
+    topic: str
+    key: str
+    id: str
+    offset: int
+    payload: Any
+    headers: dict[str, str]
+    published_at: datetime
+    attempt: int
+    group: str = ""
+    position: int = 0
+    _extend: Callable[[float], None] | None = field(default=None, repr=False, compare=False)
+
+    def extend_visibility(self, seconds: float) -> None:
+        """Keep this message invisible to other deliveries for ``seconds`` more, from now.
+
+        For long work: it does not count as a retry. Raises LeaseLost if the worker no
+        longer owns the partition.
+        """
+        if not isinstance(seconds, int | float) or isinstance(seconds, bool) or seconds <= 0:
+            raise ValueError(f"extend_visibility needs a number of seconds > 0, got {seconds!r}")
+        if self._extend is None:
+            raise RuntimeError("this Message was not delivered by a worker")
+        self._extend(float(seconds))

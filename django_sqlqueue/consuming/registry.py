@@ -1,0 +1,129 @@
+"""@subscriber and the registry of subscriptions, filled by importing apps' ``queues.py``."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, TypeVar
+
+from django.utils.module_loading import autodiscover_modules
+
+from ..conf import get_settings
+from ..exceptions import ConfigurationError
+from ..models.fields import GROUP_LENGTH
+from ..publishing import validate_topic
+from .backoff import Backoff, ExponentialBackoff
+
+if TYPE_CHECKING:
+    from .message import Message
+
+Handler = Callable[["Message"], object]
+H = TypeVar("H", bound=Handler)
+_GROUP_RE = re.compile(r"^[A-Za-z0-9._-]+$")
+
+
+@dataclass(frozen=True)
+class Subscription:
+    """One (topic, consumer group) pair and how its handler is run."""
+
+    topic: str
+    group: str
+    handler: Handler
+    max_attempts: int
+    visibility_timeout: float
+    batch_size: int
+    backoff: Backoff
+    auto_extend: bool
+
+    @property
+    def strict(self) -> bool:
+        """batch_size=1: one message in flight per partition, strictly in order."""
+        return self.batch_size == 1
+
+    @property
+    def name(self) -> str:
+        handler = self.handler
+        return f"{getattr(handler, '__module__', '?')}.{getattr(handler, '__qualname__', handler)}"
+
+
+_registry: dict[tuple[str, str], Subscription] = {}
+
+
+def subscriber(
+    topic: str,
+    *,
+    group: str,
+    max_attempts: int | None = None,
+    visibility_timeout: float | None = None,
+    batch_size: int | None = None,
+    backoff: Backoff | None = None,
+    auto_extend: bool = True,
+) -> Callable[[H], H]:
+    """Register the decorated function as ``group``'s handler for ``topic``.
+
+    Returning acks the message; raising nacks it (``Retry`` sets the delay, ``DeadLetter``
+    gives up at once). Unset options come from ``SQLQUEUE``. ``auto_extend`` keeps a
+    running handler's message invisible past ``visibility_timeout``.
+    """
+    try:
+        validate_topic(topic)
+    except ValueError as exc:
+        raise ConfigurationError(f"@subscriber: {exc}") from exc
+    if not isinstance(group, str) or not group or len(group) > GROUP_LENGTH \
+            or not _GROUP_RE.match(group) or group.startswith("__"):
+        raise ConfigurationError(
+            f"@subscriber: group must be 1-{GROUP_LENGTH} characters from [A-Za-z0-9._-] "
+            f"not starting with '__', got {group!r}"
+        )
+    conf = get_settings()
+    max_attempts = conf.max_attempts if max_attempts is None else max_attempts
+    visibility_timeout = conf.visibility_timeout if visibility_timeout is None else visibility_timeout
+    batch_size = conf.batch_size if batch_size is None else batch_size
+    if not isinstance(max_attempts, int) or isinstance(max_attempts, bool) or max_attempts < 1:
+        raise ConfigurationError(f"@subscriber: max_attempts must be an int >= 1, got {max_attempts!r}")
+    if not isinstance(batch_size, int) or isinstance(batch_size, bool) or batch_size < 1:
+        raise ConfigurationError(f"@subscriber: batch_size must be an int >= 1, got {batch_size!r}")
+    if not isinstance(visibility_timeout, int | float) or isinstance(visibility_timeout, bool) \
+            or visibility_timeout <= 0:
+        raise ConfigurationError(
+            f"@subscriber: visibility_timeout must be seconds > 0, got {visibility_timeout!r}"
+        )
+    if backoff is not None and not callable(getattr(backoff, "delay", None)):
+        raise ConfigurationError("@subscriber: backoff must have a delay(attempt) method")
+
+    def register(handler: H) -> H:
+        if not callable(handler):
+            raise ConfigurationError(f"@subscriber must decorate a callable, got {handler!r}")
+        existing = _registry.get((topic, group))
+        if existing is not None and existing.name != _name_of(handler):
+            raise ConfigurationError(
+                f"@subscriber: group {group!r} already has a handler for topic {topic!r} "
+                f"({existing.name}); a group has one handler per topic"
+            )
+        _registry[(topic, group)] = Subscription(
+            topic=topic, group=group, handler=handler, max_attempts=max_attempts,
+            visibility_timeout=float(visibility_timeout), batch_size=batch_size,
+            backoff=backoff or ExponentialBackoff(), auto_extend=auto_extend,
+        )
+        return handler
+
+    return register
+
+
+def _name_of(handler: Handler) -> str:
+    return f"{getattr(handler, '__module__', '?')}.{getattr(handler, '__qualname__', handler)}"
+
+
+def autodiscover() -> None:
+    """Import every installed app's ``queues`` module (like admin.autodiscover)."""
+    autodiscover_modules("queues")
+
+
+def subscriptions() -> list[Subscription]:
+    return sorted(_registry.values(), key=lambda s: (s.topic, s.group))
+
+
+def unregister(topic: str, group: str) -> None:
+    """Forget a subscription (tests)."""
+    _registry.pop((topic, group), None)

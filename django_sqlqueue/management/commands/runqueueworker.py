@@ -1,0 +1,97 @@
+"""``manage.py runqueueworker``: consume the subscriptions declared in apps' queues.py."""
+
+from __future__ import annotations
+
+import logging
+from argparse import ArgumentParser, ArgumentTypeError
+from typing import Any
+
+from django.core.management.base import BaseCommand, CommandError
+from django.db import connections
+
+from django_sqlqueue.consuming.registry import autodiscover, subscriptions
+from django_sqlqueue.worker.process import Worker
+
+
+def positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise ArgumentTypeError(f"expected a whole number >= 1, got {text!r}") from None
+    if value < 1:
+        raise ArgumentTypeError(f"expected a whole number >= 1, got {text!r}")
+    return value
+
+
+class Command(BaseCommand):
+    help = "Run a queue worker for the @subscriber handlers in your apps' queues.py modules."
+
+    def add_arguments(self, parser: ArgumentParser) -> None:
+        parser.add_argument("--group", action="append", default=[], metavar="GROUP",
+                            help="Only run this consumer group (repeatable).")
+        parser.add_argument("--topic", action="append", default=[], metavar="TOPIC",
+                            help="Only run subscriptions to this topic (repeatable).")
+        parser.add_argument("--name", default=None,
+                            help="Subscriber name, unique per worker (default: host:pid).")
+        parser.add_argument("--concurrency", type=positive_int, default=4,
+                            help="Handler threads (default: 4).")
+        parser.add_argument("--burst", action="store_true",
+                            help="Exit once no subscribed partition has a deliverable message.")
+        parser.add_argument("--database", default="default",
+                            help="Database alias holding the queue tables (default: default).")
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        if options["database"] not in connections:
+            raise CommandError(f"unknown database alias {options['database']!r}")
+        if options["name"] is not None and not options["name"].strip():
+            raise CommandError("--name must not be empty")
+        try:
+            autodiscover()
+        except Exception as exc:  # noqa: BLE001 - any import error is the user's to fix
+            raise CommandError(
+                f"could not import a queues.py module: {type(exc).__name__}: {exc}"
+            ) from exc
+        selected = subscriptions()
+        if not selected:
+            raise CommandError(
+                "no @subscriber handlers found; declare them in a queues.py module of an "
+                "installed app"
+            )
+        groups, topics = set(options["group"]), set(options["topic"])
+        unknown_groups = groups - {s.group for s in selected}
+        if unknown_groups:
+            raise CommandError(
+                f"unknown group(s): {', '.join(sorted(unknown_groups))}; known: "
+                f"{', '.join(sorted({s.group for s in selected}))}"
+            )
+        unknown_topics = topics - {s.topic for s in selected}
+        if unknown_topics:
+            raise CommandError(
+                f"unknown topic(s): {', '.join(sorted(unknown_topics))}; known: "
+                f"{', '.join(sorted({s.topic for s in selected}))}"
+            )
+        selected = [
+            s for s in selected
+            if (not groups or s.group in groups) and (not topics or s.topic in topics)
+        ]
+        if not selected:
+            raise CommandError("no subscription matches both --group and --topic")
+        _configure_logging(int(options["verbosity"]))
+        worker = Worker(
+            selected, name=options["name"], concurrency=options["concurrency"],
+            burst=options["burst"], using=options["database"],
+        )
+        code = worker.run()
+        if code:
+            raise CommandError(f"worker exited with status {code}", returncode=code)
+
+
+def _configure_logging(verbosity: int) -> None:
+    """Show the worker's log lines on stderr unless the project configured that logger."""
+    logger = logging.getLogger("django_sqlqueue")
+    if logger.handlers or logging.getLogger().handlers:
+        return
+    handler = logging.StreamHandler()
+    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s %(message)s"))
+    logger.addHandler(handler)
+    logger.setLevel(logging.DEBUG if verbosity > 1 else logging.INFO if verbosity else logging.WARNING)

@@ -1,0 +1,1 @@
+"""The consuming worker, as small pieces: leasing, the poll cycle, dispatch, GC, shutdown."""

@@ -1,0 +1,93 @@
+"""Runs handlers on a thread pool and turns what they do into outcomes."""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+from concurrent.futures import Future, ThreadPoolExecutor
+
+from django.db import close_old_connections
+
+from ..exceptions import DeadLetter, Retry
+from ..consuming.message import Message
+from .partitions import Outcome, Partition
+
+logger = logging.getLogger("django_sqlqueue.worker")
+
+
+
+class Dispatcher:
+    """Hands messages to handler threads; outcomes come back on ``outcomes``."""
+
+    def __init__(self, concurrency: int, wake: threading.Event) -> None:
+        self.outcomes: queue.SimpleQueue[Outcome] = queue.SimpleQueue()
+        self._pool = ThreadPoolExecutor(max_workers=concurrency, thread_name_prefix="sqlqueue-handler")
+        self._wake = wake
+        self._running: set[Future[None]] = set()
+        self._lock = threading.Lock()
+
+    @property
+    def busy(self) -> int:
+        with self._lock:
+            return len(self._running)
+
+    def submit(self, partition: Partition, generation: int, message: Message) -> None:
+        future = self._pool.submit(self._run, partition, generation, message)
+        with self._lock:
+            self._running.add(future)
+        future.add_done_callback(self._done)
+
+    def _done(self, future: Future[None]) -> None:
+        with self._lock:
+            self._running.discard(future)
+        self._wake.set()
+
+    def wait(self, timeout: float) -> bool:
+        """Wait up to ``timeout`` seconds for running handlers; True if all finished."""
+        with self._lock:
+            running = list(self._running)
+        for future in running:
+            try:
+                future.result(timeout=max(0.0, timeout))
+            except Exception:  # noqa: BLE001 - outcomes carry handler errors, not futures
+                return False
+        return True
+
+    def shutdown(self, wait: bool) -> None:
+        self._pool.shutdown(wait=wait, cancel_futures=True)
+
+    def _run(self, partition: Partition, generation: int, message: Message) -> None:
+        subscription = partition.subscription
+        close_old_connections()
+        try:
+            subscription.handler(message)
+        except Retry as exc:
+            delay = subscription.backoff.delay(message.attempt) if exc.delay is None else exc.delay
+            self._failed(partition, generation, message, f"Retry: {exc}", delay)
+        except DeadLetter as exc:
+            self.outcomes.put(Outcome(partition, generation, message, "dead", error=f"DeadLetter: {exc}"))
+        except BaseException as exc:  # noqa: BLE001 - any handler failure is a nack, never a crash
+            delay = subscription.backoff.delay(message.attempt)
+            self._failed(partition, generation, message, f"{type(exc).__name__}: {exc}", delay)
+        else:
+            self.outcomes.put(Outcome(partition, generation, message, "ack"))
+        finally:
+            close_old_connections()
+
+    def _failed(self, partition: Partition, generation: int, message: Message, error: str,
+                delay: float) -> None:
+        subscription = partition.subscription
+        if message.attempt >= subscription.max_attempts:
+            logger.warning(
+                "handler failed, giving up topic=%s group=%s key=%s offset=%s attempt=%s error=%s",
+                message.topic, message.group, message.key, message.offset, message.attempt, error,
+            )
+            self.outcomes.put(Outcome(partition, generation, message, "dead", error=error))
+        else:
+            logger.info(
+                "handler failed, retrying in %.2fs topic=%s group=%s key=%s offset=%s attempt=%s "
+                "error=%s", delay, message.topic, message.group, message.key, message.offset,
+                message.attempt, error,
+            )
+            self.outcomes.put(Outcome(partition, generation, message, "nack", delay=delay, error=error))

@@ -1,0 +1,61 @@
+"""Riding out database faults: deadlocks, lock timeouts, a locked SQLite file, restarts."""
+
+from __future__ import annotations
+
+import logging
+import random
+
+from django.db import connections
+
+from ..db.errors import is_transient
+
+logger = logging.getLogger("django_sqlqueue.worker")
+
+MIN_DELAY = 0.05  # seconds before the first retry
+MAX_DELAY = 5.0  # seconds, the longest wait between retries
+
+
+class FaultBackoff:
+    """Decides how long to wait after a failed step, and logs one line per incident."""
+
+    def __init__(self, using: str) -> None:
+        self.using = using
+        self.failures = 0
+
+    def succeeded(self) -> None:
+        if self.failures:
+            logger.info("database recovered after %s failed attempt(s)", self.failures)
+        self.failures = 0
+
+    def failed(self, step: str, exc: BaseException) -> float:
+        """Record a failure of ``step``; return the seconds to wait before trying again."""
+        self.failures += 1
+        connection = connections[self.using]
+        if connection.in_atomic_block:
+            raise exc  # let the enclosing transaction roll back first
+        transient = is_transient(exc)
+        if not transient or "connection" in str(exc).lower() or "gone away" in str(exc).lower():
+            # A dead connection must be dropped so the next query opens a new one.
+            connection.close_if_unusable_or_obsolete()
+            try:
+                connection.close()
+            except Exception:  # noqa: BLE001 - closing a broken connection may fail too
+                pass
+        delay = min(MAX_DELAY, MIN_DELAY * 2 ** min(self.failures - 1, 10))
+        delay = delay / 2 + random.uniform(0, delay / 2)
+        if transient:
+            logger.warning(
+                "step=%s transient database error, retrying in %.2fs attempt=%s error=%s",
+                step, delay, self.failures, _one_line(exc),
+            )
+        else:
+            logger.error(
+                "step=%s unexpected error, retrying in %.2fs attempt=%s error=%s",
+                step, delay, self.failures, _one_line(exc), exc_info=exc,
+            )
+        return delay
+
+
+def _one_line(exc: BaseException) -> str:
+    text = f"{type(exc).__name__}: {exc}"
+    return " ".join(text.split())[:300]

@@ -1,0 +1,205 @@
+"""Partition leases and fair share: who consumes which partition of a consumer group.
+
+Every renew interval a worker heartbeats, renews all its leases in one statement, counts
+the group's live workers, and moves towards its fair share ``ceil(partitions / workers)``:
+it takes free or stale partitions when below it, and when above it drains the excess
+(stops fetching, lets in-flight handlers finish) and then releases it. Excess is chosen
+deterministically (the highest keys), so repeated rebalances do not shuffle partitions.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Iterable
+
+from django.db import transaction
+
+from ..consuming.registry import Subscription
+from ..models import ConsumerOffset, PartitionLease, QueueMessage, SubscriberHeartbeat
+from .partitions import Partition
+
+logger = logging.getLogger("django_sqlqueue.worker")
+
+Ident = tuple[str, str, str]
+
+
+class Leasing:
+    def __init__(self, worker_name: str, using: str, subscriptions: list[Subscription],
+                 lease_duration: float) -> None:
+        self.worker_name = worker_name
+        self.using = using
+        self.subscriptions = subscriptions
+        self.lease_ms = int(lease_duration * 1000)
+        self.partitions: dict[Ident, Partition] = {}
+        # Per subscription: the fair share from the last rebalance (None = unlimited).
+        self.shares: dict[tuple[str, str], int | None] = {}
+        self.nothing_claimable = False
+
+    # ----------------------------------------------------------------- lifecycle
+
+    def discover_all(self) -> None:
+        """Create lease rows for every partition already in the log (at start-up)."""
+        for subscription in self.subscriptions:
+            keys = QueueMessage.objects.partition_keys(subscription.topic, self.using)
+            PartitionLease.objects.ensure_partitions(
+                subscription.group, subscription.topic, keys, self.using
+            )
+
+    def discover(self, topic: str, keys: Iterable[str]) -> None:
+        """New partition keys seen in the log: give them lease rows so they can be taken."""
+        keys = list(keys)
+        for subscription in self.subscriptions:
+            if subscription.topic == topic:
+                PartitionLease.objects.ensure_partitions(
+                    subscription.group, topic, keys, self.using
+                )
+
+    def maintain(self, now_ms: int, acquire: bool = True) -> None:
+        """Heartbeat, renew, rebalance and acquire: the renew-interval work."""
+        for subscription in self.subscriptions:
+            SubscriberHeartbeat.objects.beat(
+                subscription.group, subscription.topic, self.worker_name, now_ms, self.using
+            )
+        PartitionLease.objects.renew(self.worker_name, now_ms, self.using)
+        for subscription in self.subscriptions:
+            self._reconcile(subscription)
+            self.shares[(subscription.group, subscription.topic)] = self._fair_share(
+                subscription, now_ms
+            )
+            self._mark_excess(subscription)
+        if acquire:
+            self.acquire(now_ms)
+
+    def below_share(self) -> bool:
+        return any(
+            share is None or self._held(s) < share
+            for s in self.subscriptions
+            for share in [self.shares.get((s.group, s.topic))]
+        )
+
+    def acquire(self, now_ms: int) -> list[Partition]:
+        """Take free or stale partitions up to each subscription's fair share."""
+        taken: list[Partition] = []
+        claimable_left = False
+        for subscription in self.subscriptions:
+            share = self.shares.get((subscription.group, subscription.topic))
+            want = 1_000_000 if share is None else share - self._held(subscription)
+            if want <= 0:
+                continue
+            new = self._take(subscription, want, now_ms)
+            taken += new
+            claimable_left = claimable_left or len(new) == want
+        self.nothing_claimable = not claimable_left
+        return taken
+
+    def release_drained(self, pending: set[Ident]) -> None:
+        """Release draining partitions whose handlers are done and outcomes recorded."""
+        done = [
+            p for p in self.partitions.values()
+            if p.draining and not p.in_flight and p.ident not in pending
+        ]
+        self._release(done)
+
+    def release_all(self) -> None:
+        self._release(list(self.partitions.values()))
+
+    def deregister(self, now_ms: int) -> None:
+        SubscriberHeartbeat.objects.deregister(self.worker_name, now_ms, self.using)
+
+    def drop(self, partitions: Iterable[Partition]) -> None:
+        """Forget partitions another worker took over."""
+        for partition in partitions:
+            if self.partitions.get(partition.ident) is partition:
+                del self.partitions[partition.ident]
+                logger.warning(
+                    "lease lost group=%s topic=%s key=%s generation=%s",
+                    partition.group, partition.topic, partition.key, partition.generation,
+                )
+
+    # ----------------------------------------------------------------- internals
+
+    def _held(self, subscription: Subscription) -> int:
+        return sum(
+            1 for p in self.partitions.values()
+            if p.subscription is subscription and not p.draining
+        )
+
+    def _fair_share(self, subscription: Subscription, now_ms: int) -> int | None:
+        try:
+            active = SubscriberHeartbeat.objects.active_count(
+                subscription.group, subscription.topic, now_ms - self.lease_ms, self.using
+            )
+            total = PartitionLease.objects.count_partitions(
+                subscription.group, subscription.topic, self.using
+            )
+        except Exception:  # noqa: BLE001 - availability over fairness, as the RFC says
+            logger.warning("fair share unavailable, acquiring without a cap", exc_info=True)
+            return None
+        if total == 0:
+            return 0
+        return math.ceil(total / max(active, 1))
+
+    def _reconcile(self, subscription: Subscription) -> None:
+        owned = PartitionLease.objects.owned(
+            subscription.group, subscription.topic, self.worker_name, self.using
+        )
+        for partition in list(self.partitions.values()):
+            if partition.subscription is subscription and owned.get(partition.key) != partition.generation:
+                self.drop([partition])
+
+    def _mark_excess(self, subscription: Subscription) -> None:
+        share = self.shares.get((subscription.group, subscription.topic))
+        if share is None:
+            return
+        held = sorted(
+            (p for p in self.partitions.values()
+             if p.subscription is subscription and not p.draining),
+            key=lambda p: p.key,
+        )
+        for partition in held[share:]:
+            partition.draining = True
+            logger.info(
+                "rebalancing: releasing group=%s topic=%s key=%s share=%s",
+                partition.group, partition.topic, partition.key, share,
+            )
+
+    def _take(self, subscription: Subscription, want: int, now_ms: int) -> list[Partition]:
+        group, topic = subscription.group, subscription.topic
+        stale_before = now_ms - self.lease_ms
+        with transaction.atomic(using=self.using):
+            keys = PartitionLease.objects.claimable(group, topic, stale_before, want, self.using)
+            # Never re-take a partition this worker is still draining.
+            keys = [k for k in keys if (group, topic, k) not in self.partitions]
+            if not keys:
+                return []
+            PartitionLease.objects.take(group, topic, keys, self.worker_name, stale_before,
+                                        now_ms, self.using)
+            ConsumerOffset.objects.ensure(group, topic, keys, self.using)
+        owned = PartitionLease.objects.owned(group, topic, self.worker_name, self.using)
+        watermarks = ConsumerOffset.objects.watermarks(group, topic, keys, self.using)
+        taken = []
+        for key in keys:
+            if key not in owned:
+                continue
+            partition = Partition(subscription, key, owned[key], watermarks.get(key, 0))
+            self.partitions[partition.ident] = partition
+            taken.append(partition)
+            logger.info(
+                "lease acquired group=%s topic=%s key=%s generation=%s watermark=%s",
+                group, topic, key, partition.generation, partition.watermark,
+            )
+        return taken
+
+    def _release(self, partitions: list[Partition]) -> None:
+        by_subscription: dict[tuple[str, str], dict[str, int]] = {}
+        for partition in partitions:
+            by_subscription.setdefault((partition.group, partition.topic), {})[partition.key] = (
+                partition.generation
+            )
+        for (group, topic), held in by_subscription.items():
+            PartitionLease.objects.release(group, topic, held, self.worker_name, self.using)
+        for partition in partitions:
+            self.partitions.pop(partition.ident, None)
+            logger.info("lease released group=%s topic=%s key=%s",
+                        partition.group, partition.topic, partition.key)

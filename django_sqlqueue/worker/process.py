@@ -1,0 +1,371 @@
+"""The worker process: a loop of short steps that each return quickly.
+
+``Worker.run()`` polls until stopped: read the log head (one query when idle), sequence
+newly committed messages, renew leases when due, then run a poll cycle for the
+partitions that have something to do, and hand fetched messages to handler threads.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import socket
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from types import FrameType
+
+from django.db import connections
+
+from ..conf import get_settings
+from ..consuming.message import Message
+from ..consuming.registry import Subscription
+from ..models import DeliveryState, LogSequencer, QueueMessage
+from ..sequencing import sequence_pending
+from .. import signals
+from ..exceptions import LeaseLost
+from .clock import DatabaseClock
+from .collector import collect_garbage
+from .cycle import CycleResult, PollCycle
+from .dispatcher import Dispatcher
+from .faults import FaultBackoff
+from .leasing import Ident, Leasing
+from .partitions import InFlight, Outcome, Partition
+
+logger = logging.getLogger("django_sqlqueue.worker")
+
+SWEEP_INTERVAL = 1.0  # seconds between looks at partitions with unsettled messages
+ACQUIRE_INTERVAL = 1.0  # seconds between lease attempts while below the fair share
+
+
+def default_worker_name() -> str:
+    return f"{socket.gethostname()}:{os.getpid()}"
+
+
+class Worker:
+    def __init__(
+        self,
+        subscriptions: list[Subscription],
+        *,
+        name: str | None = None,
+        concurrency: int = 4,
+        burst: bool = False,
+        using: str = "default",
+    ) -> None:
+        if not subscriptions:
+            raise ValueError("a worker needs at least one subscription")
+        if concurrency < 1:
+            raise ValueError(f"concurrency must be >= 1, got {concurrency}")
+        conf = get_settings()
+        self.conf = conf
+        self.subscriptions = subscriptions
+        self.name = name or default_worker_name()
+        self.burst = burst
+        self.using = using
+        self.capacity = max(concurrency * 10, 100)  # messages in flight per worker
+        self.clock = DatabaseClock()
+        self.wake = threading.Event()
+        self.stopping = threading.Event()
+        self.dispatcher = Dispatcher(concurrency, self.wake)
+        self.leasing = Leasing(self.name, using, subscriptions, conf.lease_duration)
+        self.cycle = PollCycle(self.name, using, conf.dlq_suffix)
+        self.faults = FaultBackoff(using)
+        self.topics = sorted({s.topic for s in subscriptions})
+        self.groups_by_topic: dict[str, set[str]] = {}
+        for s in subscriptions:
+            self.groups_by_topic.setdefault(s.topic, set()).add(s.group)
+        self._pending: list[Outcome] = []
+        self._seen_head: int | None = None
+        self._next_maintain = 0.0
+        self._next_acquire = 0.0
+        self._next_sweep = 0.0
+        self._next_gc = time.monotonic() + conf.gc_interval
+        self._signals_received = 0
+        self.exit_code = 0
+
+    @property
+    def partitions(self) -> dict[Ident, Partition]:
+        return self.leasing.partitions
+
+    # ------------------------------------------------------------------ running
+
+    def run(self) -> int:
+        """Poll until stopped (or, with burst, until nothing is deliverable); return 0."""
+        logger.info(
+            "worker started name=%s subscriptions=%s",
+            self.name, ",".join(f"{s.topic}:{s.group}" for s in self.subscriptions),
+        )
+        with self._signal_handlers():
+            self._step("discover", self.leasing.discover_all)
+            while not self.stopping.is_set():
+                delay = self._step("poll", self._tick)
+                if delay is None:
+                    delay = self.faults_delay
+                if delay > 0 and not self.stopping.is_set():
+                    self.wake.wait(delay)
+                    self.wake.clear()
+            self._shutdown()
+        logger.info("worker stopped name=%s", self.name)
+        return self.exit_code
+
+    def stop(self) -> None:
+        self.stopping.set()
+        self.wake.set()
+
+    faults_delay = 0.0
+
+    def _step(self, name: str, fn: Callable[[], float | None]) -> float | None:
+        try:
+            value = fn()
+        except Exception as exc:  # noqa: BLE001 - the worker must outlive database faults
+            self.faults_delay = self.faults.failed(name, exc)
+            return None
+        self.faults.succeeded()
+        return value if value is not None else 0.0
+
+    def _tick(self) -> float:
+        poll = self.conf.poll_interval
+        head, pending, db_now = LogSequencer.objects.head(self.using)
+        self.clock.sync(db_now)
+        if pending:
+            sequence_pending(self.using, self.name)
+            head, pending, db_now = LogSequencer.objects.head(self.using)
+            self.clock.sync(db_now)
+        now = time.monotonic()
+        now_ms = self.clock.now_ms()
+        if now >= self._next_maintain:
+            self.leasing.maintain(now_ms, acquire=not self.stopping.is_set())
+            self._next_maintain = now + self.conf.renew_interval
+            self._next_acquire = now + ACQUIRE_INTERVAL
+            self._mark_all_for_look()
+        elif (now >= self._next_acquire and not self.stopping.is_set()
+              and self.leasing.below_share()):
+            for partition in self.leasing.acquire(now_ms):
+                partition.needs_look = True
+            self._next_acquire = now + ACQUIRE_INTERVAL
+        self._drain_outcomes()
+        self._note_new_messages(head, now_ms)
+        sweep = self.burst or now >= self._next_sweep
+        if sweep:
+            self._next_sweep = now + SWEEP_INTERVAL
+        looked = self._partitions_to_look(now_ms, sweep)
+        full = False
+        delivered = 0
+        if looked or self._pending or self._extension_due(now_ms):
+            result = self.cycle.run(
+                self.partitions, looked, list(self._pending), self._free_capacity(), now_ms
+            )
+            self._apply(result, looked)
+            full = result.full
+            delivered = len(result.deliveries)
+        pending_idents = {o.partition.ident for o in self._pending}
+        self.leasing.release_drained(pending_idents)
+        if self.conf.gc_interval and now >= self._next_gc:
+            collect_garbage(self.topics, self.groups_by_topic, self.using)
+            self._next_gc = now + self.conf.gc_interval
+        if self.burst and not self.stopping.is_set() and self._burst_done(delivered, pending):
+            logger.info("burst finished: nothing deliverable name=%s", self.name)
+            self.stop()
+        return 0.0 if full else poll
+
+    # ------------------------------------------------------------------ steps of a tick
+
+    def _drain_outcomes(self) -> None:
+        while True:
+            try:
+                outcome = self.dispatcher.outcomes.get_nowait()
+            except Exception:  # noqa: BLE001 - queue.Empty
+                return
+            self._pending.append(outcome)
+            outcome.partition.needs_look = True
+
+    def _note_new_messages(self, head: int, now_ms: int) -> None:
+        if self._seen_head is None:
+            self._seen_head = head
+            return
+        if head <= self._seen_head:
+            return
+        rows = QueueMessage.objects.new_since(self._seen_head, head, self.topics, now_ms,
+                                              self.using)
+        self._seen_head = head
+        unknown: dict[str, list[str]] = {}
+        index: dict[tuple[str, str], list[Partition]] = {}
+        for partition in self.partitions.values():
+            index.setdefault((partition.topic, partition.key), []).append(partition)
+        for topic, key, future_due in rows:
+            held = index.get((topic, key))
+            if not held:
+                unknown.setdefault(topic, []).append(key)
+                continue
+            for partition in held:
+                partition.needs_look = True
+                partition.settled = False
+                if future_due is not None:
+                    partition.add_timer(future_due)
+        for topic, keys in unknown.items():
+            self.leasing.discover(topic, keys)
+            self._next_acquire = 0.0  # try to take new partitions on the next tick
+
+    def _partitions_to_look(self, now_ms: int, sweep: bool) -> list[Partition]:
+        looked = []
+        for partition in self.partitions.values():
+            if partition.timer_ms is not None and partition.timer_ms <= now_ms:
+                partition.timer_ms = None
+                partition.needs_look = True
+            if sweep and (not partition.settled or partition.in_flight):
+                partition.needs_look = True
+            if partition.needs_look:
+                looked.append(partition)
+        return looked
+
+    def _mark_all_for_look(self) -> None:
+        for partition in self.partitions.values():
+            partition.needs_look = True
+
+    def _extension_due(self, now_ms: int) -> bool:
+        for partition in self.partitions.values():
+            if not partition.subscription.auto_extend:
+                continue
+            half = int(partition.subscription.visibility_timeout * 500)
+            if any(f.invisible_until - now_ms < half for f in partition.in_flight.values()):
+                return True
+        return False
+
+    def _free_capacity(self) -> int:
+        in_flight = sum(len(p.in_flight) for p in self.partitions.values())
+        return max(0, self.capacity - in_flight)
+
+    def _apply(self, result: CycleResult, looked: list[Partition]) -> None:
+        """Fold a committed cycle into local state, then dispatch and signal."""
+        self.leasing.drop(result.lost)
+        done = {id(o) for o in result.applied} | {id(o) for o in result.dropped}
+        self._pending = [o for o in self._pending if id(o) not in done]
+        for partition in looked:
+            partition.needs_look = False
+            if partition.ident in result.watermarks:
+                partition.watermark = result.watermarks[partition.ident]
+                partition.settled = result.settled[partition.ident]
+        for outcome in result.applied + result.dropped:
+            outcome.partition.in_flight.pop(outcome.message.offset, None)
+        for (ident, offset), until in result.extended.items():
+            partition = self.partitions.get(ident)
+            if partition is not None and offset in partition.in_flight:
+                partition.in_flight[offset].invisible_until = until
+        for outcome in result.applied:
+            self._signal_outcome(outcome)
+            if outcome.kind == "nack":
+                outcome.partition.add_timer(self.clock.now_ms() + int(outcome.delay * 1000))
+            outcome.partition.needs_look = True
+        for dead in result.dead_on_fetch:
+            dead.partition.needs_look = True
+            signals.message_dead_lettered.send(
+                sender=Message, message=dead.message, subscription=dead.partition.subscription,
+                error=dead.error,
+            )
+        for delivery in result.deliveries:
+            partition = delivery.partition
+            partition.in_flight[delivery.message.offset] = InFlight(
+                delivery.message.offset, delivery.message.position, delivery.invisible_until
+            )
+            delivery.message._extend = self._extender(partition, delivery.generation,
+                                                      delivery.message)
+            signals.message_delivered.send(
+                sender=Message, message=delivery.message, subscription=partition.subscription
+            )
+            self.dispatcher.submit(partition, delivery.generation, delivery.message)
+
+    def _signal_outcome(self, outcome: Outcome) -> None:
+        subscription = outcome.partition.subscription
+        if outcome.kind == "ack":
+            signals.message_acked.send(sender=Message, message=outcome.message,
+                                       subscription=subscription)
+        elif outcome.kind == "nack":
+            signals.message_nacked.send(sender=Message, message=outcome.message,
+                                        subscription=subscription, delay=outcome.delay,
+                                        error=outcome.error)
+        else:
+            signals.message_dead_lettered.send(sender=Message, message=outcome.message,
+                                               subscription=subscription, error=outcome.error)
+
+    def _extender(
+        self, partition: Partition, generation: int, message: Message
+    ) -> Callable[[float], None]:
+        """Message.extend_visibility for this delivery: a fenced UPDATE on the handler's
+        own connection."""
+
+        def extend(seconds: float) -> None:
+            with connections[self.using].cursor() as cursor:
+                cursor.execute("SELECT 1")  # ensure the handler thread's connection is usable
+            until = self.clock.now_ms() + int(seconds * 1000)
+            updated = DeliveryState.objects.extend(
+                partition.group, partition.topic, [(partition.key, message.offset)], until,
+                self.using, fence=(self.name, generation),
+            )
+            if not updated:
+                raise LeaseLost(
+                    f"cannot extend offset {message.offset}: partition {partition.key!r} of "
+                    f"{partition.topic!r} is no longer leased to {self.name}"
+                )
+            flight = partition.in_flight.get(message.offset)
+            if flight is not None:
+                flight.invisible_until = max(flight.invisible_until, until)
+
+        return extend
+
+    def _burst_done(self, delivered: int, pending: bool) -> bool:
+        return (
+            delivered == 0 and not pending and not self._pending
+            and self.dispatcher.busy == 0
+            and not any(p.in_flight for p in self.partitions.values())
+            and self.leasing.nothing_claimable
+        )
+
+    # ------------------------------------------------------------------ stopping
+
+    def _shutdown(self) -> None:
+        """Finish in-flight handlers within the grace period, record their outcomes,
+        release every lease and deregister."""
+        for partition in self.partitions.values():
+            partition.draining = True
+        deadline = time.monotonic() + self.conf.shutdown_grace
+        while time.monotonic() < deadline:
+            busy = self.dispatcher.busy
+            self._step("drain", self._tick)
+            if not busy and not self._pending:
+                break
+            self.wake.wait(min(0.05, max(0.0, deadline - time.monotonic())))
+            self.wake.clear()
+        if self.dispatcher.busy:
+            logger.warning(
+                "shutdown grace over with %s handler(s) still running; their messages will "
+                "be redelivered after the visibility timeout", self.dispatcher.busy,
+            )
+        self._step("release", self._release_everything)
+        self.dispatcher.shutdown(wait=False)
+
+    def _release_everything(self) -> None:
+        self.leasing.release_all()
+        self.leasing.deregister(self.clock.now_ms())
+
+    @contextmanager
+    def _signal_handlers(self) -> Iterator[None]:
+        if threading.current_thread() is not threading.main_thread():
+            yield
+            return
+
+        def handle(signum: int, frame: FrameType | None) -> None:
+            self._signals_received += 1
+            if self._signals_received > 1:
+                logger.warning("second signal: exiting now; in-flight messages will be redelivered")
+                os._exit(1)
+            logger.info("signal %s: finishing in-flight messages, then stopping", signum)
+            self.stop()
+
+        previous = {sig: signal.signal(sig, handle) for sig in (signal.SIGTERM, signal.SIGINT)}
+        try:
+            yield
+        finally:
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
