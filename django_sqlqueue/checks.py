@@ -90,20 +90,22 @@ def check_settings(app_configs: Sequence[AppConfig] | None = None, **kwargs: Any
     return errors
 
 
-@register("sqlqueue", "database")
+@register("sqlqueue")
 def check_database_isolation(
-    app_configs: Sequence[AppConfig] | None = None, databases: Sequence[str] | None = None,
-    **kwargs: Any,
+    app_configs: Sequence[AppConfig] | None = None, **kwargs: Any,
 ) -> list[CheckMessage]:
-    """Warn when a MySQL alias is configured for REPEATABLE READ (the sequencer needs READ COMMITTED)."""
+    """Warn when a MySQL alias is not at READ COMMITTED, which the sequencer relies on."""
     warnings: list[CheckMessage] = []
     for alias, config in settings.DATABASES.items():
-        engine = config.get("ENGINE", "")
-        level = str(config.get("OPTIONS", {}).get("isolation_level", "")).lower()
-        if "mysql" in engine and level in {"repeatable read", "serializable"}:
+        options = config.get("OPTIONS", {})
+        if "mysql" not in config.get("ENGINE", "") or "isolation_level" not in options:
+            continue  # Django's MySQL default is READ COMMITTED
+        level = options["isolation_level"]
+        if level is None or str(level).lower() in {"repeatable read", "serializable"}:
+            shown = "the server default (REPEATABLE READ)" if level is None else repr(level)
             warnings.append(Warning(
-                f"DATABASES['{alias}'] uses isolation level {level!r}; django-sqlqueue's "
-                "sequencer and workers expect READ COMMITTED and will deadlock more often.",
+                f"DATABASES['{alias}'] uses isolation level {shown}; django-sqlqueue's "
+                "sequencer and workers expect READ COMMITTED and deadlock more often without it.",
                 hint="Remove OPTIONS['isolation_level'] (Django's default is 'read committed').",
                 id="sqlqueue.W001",
             ))

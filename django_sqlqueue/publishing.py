@@ -82,7 +82,12 @@ def publish_many(
     if not rows:
         return []
     alias = using or router.db_for_write(QueueMessage)
-    unique_rows = list({(r[0], r[1], r[2]): r for r in rows}.values())
+    # A repeated (topic, key, id) in one call is stored once, as its first occurrence,
+    # matching what separate publish() calls do.
+    first: dict[tuple[str, str, str], NewRow] = {}
+    for row in rows:
+        first.setdefault((row[0], row[1], row[2]), row)
+    unique_rows = list(first.values())
     stored: dict[tuple[str, str, str], StoredRow] = {}
     with transaction.atomic(using=alias):
         for start in range(0, len(unique_rows), conf.publish_batch_size):

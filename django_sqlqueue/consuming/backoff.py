@@ -31,8 +31,8 @@ class ExponentialBackoff:
         ceiling = min(self.cap, self.base * 2 ** max(0, min(attempt - 1, 60)))
         if self.jitter:
             # "Equal jitter": at least half the exponential delay, so retries still back off.
-            return ceiling / 2 + random.uniform(0, ceiling / 2)
-        return ceiling
+            return float(ceiling / 2 + random.uniform(0, ceiling / 2))
+        return float(ceiling)
 
     def __repr__(self) -> str:
         return f"ExponentialBackoff(base={self.base}, cap={self.cap}, jitter={self.jitter})"

@@ -28,8 +28,6 @@ def is_transient(exc: BaseException) -> bool:
     text = str(exc).lower()
     if "database is locked" in text or "database table is locked" in text:
         return True
-    if isinstance(exc, OperationalError) and (
+    return isinstance(exc, OperationalError) and (
         "connection" in text or "server closed" in text or "terminating" in text
-    ):
-        return True
-    return False
+    )

@@ -129,9 +129,11 @@ class PartitionLease(models.Model):
     """Which worker consumes a partition for a consumer group (``queue_partition_leases``).
 
     Beyond the RFC: ``generation`` is a fencing token, incremented whenever a different
-    worker takes the lease. Every write a worker makes on the partition's behalf checks
-    its generation in the same statement, so a worker that was paused past its lease
-    cannot ack, deliver or move the watermark of a partition someone else now owns.
+    worker takes the lease. Every write a worker makes on the partition's behalf is
+    fenced by it: either in the same transaction, after share-locking the worker's lease
+    rows and checking their generations (the poll cycle), or in the same statement (a
+    handler's own visibility extension). A worker that was paused past its lease
+    therefore cannot ack, deliver or move the watermark of a partition someone else owns.
     An empty ``leased_by`` means the partition is free.
     """
 

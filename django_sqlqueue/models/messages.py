@@ -20,7 +20,7 @@ _INSERT_COLUMNS = (
 STORED_COLUMNS = ("offset", "topic", "partition_key", "id", "payload", "metadata",
                   "published_at", "deliver_at")
 
-# (topic, key, id, payload_json, metadata_json, delay_ms, dlq fields or None)
+# (topic, key, id, payload_json, headers_json, delay_ms)
 NewRow = tuple[str, str, str, str, str, int]
 StoredRow = tuple[Any, ...]
 

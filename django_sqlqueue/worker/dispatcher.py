@@ -9,8 +9,8 @@ from concurrent.futures import Future, ThreadPoolExecutor
 
 from django.db import close_old_connections
 
-from ..exceptions import DeadLetter, Retry
 from ..consuming.message import Message
+from ..exceptions import DeadLetter, Retry
 from .partitions import Outcome, Partition
 
 logger = logging.getLogger("django_sqlqueue.worker")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import random
 
@@ -36,11 +37,9 @@ class FaultBackoff:
         transient = is_transient(exc)
         if not transient or "connection" in str(exc).lower() or "gone away" in str(exc).lower():
             # A dead connection must be dropped so the next query opens a new one.
-            connection.close_if_unusable_or_obsolete()
-            try:
+            # Closing a broken connection may fail too; either way it is gone.
+            with contextlib.suppress(Exception):
                 connection.close()
-            except Exception:  # noqa: BLE001 - closing a broken connection may fail too
-                pass
         delay = min(MAX_DELAY, MIN_DELAY * 2 ** min(self.failures - 1, 10))
         delay = delay / 2 + random.uniform(0, delay / 2)
         if transient:
@@ -53,7 +52,7 @@ class FaultBackoff:
                 "step=%s unexpected error, retrying in %.2fs attempt=%s error=%s",
                 step, delay, self.failures, _one_line(exc), exc_info=exc,
             )
-        return delay
+        return float(delay)
 
 
 def _one_line(exc: BaseException) -> str:

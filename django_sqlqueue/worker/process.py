@@ -19,13 +19,13 @@ from types import FrameType
 
 from django.db import connections
 
+from .. import signals
 from ..conf import get_settings
 from ..consuming.message import Message
 from ..consuming.registry import Subscription
+from ..exceptions import LeaseLost
 from ..models import DeliveryState, LogSequencer, QueueMessage
 from ..sequencing import sequence_pending
-from .. import signals
-from ..exceptions import LeaseLost
 from .clock import DatabaseClock
 from .collector import collect_garbage
 from .cycle import CycleResult, PollCycle
@@ -250,9 +250,9 @@ class Worker:
         for outcome in result.applied + result.dropped:
             outcome.partition.in_flight.pop(outcome.message.offset, None)
         for (ident, offset), until in result.extended.items():
-            partition = self.partitions.get(ident)
-            if partition is not None and offset in partition.in_flight:
-                partition.in_flight[offset].invisible_until = until
+            holder = self.partitions.get(ident)
+            if holder is not None and offset in holder.in_flight:
+                holder.in_flight[offset].invisible_until = until
         for outcome in result.applied:
             self._signal_outcome(outcome)
             if outcome.kind == "nack":
