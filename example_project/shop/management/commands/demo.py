@@ -1,0 +1,211 @@
+"""``manage.py demo``: place some orders and show, step by step, what the queue's log holds.
+
+Every step is a small function taking the :class:`Run`; ``handle()`` calls those listed in
+``STEPS`` in order. To show more, write another step and add it to ``STEPS``.
+
+Re-running is safe: nothing is reset. Each order gets a new primary key, so its message id
+(``order-<pk>-placed``) is new too, and ids the demo makes up itself include the run id.
+Rows from earlier runs stay in the database; the summary shows only this run's.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from decimal import Decimal
+from typing import Any
+
+from django.core.management.base import BaseCommand, OutputWrapper
+from django.core.management.color import Style
+from django.db import connection, transaction
+from django.db.models import Max
+from django.utils import timezone
+
+import django_sqlqueue as sqlqueue
+
+# The demo reads the log table to show offsets and positions; applications never need to.
+from django_sqlqueue.models import QueueMessage
+from django_sqlqueue.sequencing import sequence_all
+from shop.models import Order
+from shop.services import TOPIC, place_order, place_orders_in_bulk
+
+REMINDER_TOPIC = "reminders"
+REMINDER_DELAY = 30  # seconds
+
+
+class PaymentDeclined(Exception):
+    """Stands in for any error raised after place_order() but in the same transaction."""
+
+
+@dataclass
+class Run:
+    id: str
+    stdout: OutputWrapper
+    style: Style
+    first_offset: int  # log rows above this offset were written by this run
+    orders: list[Order] = field(default_factory=list)
+
+    def heading(self, text: str) -> None:
+        self.stdout.write("")
+        self.stdout.write(self.style.MIGRATE_HEADING(text))
+
+    def say(self, text: str) -> None:
+        self.stdout.write(f"   {text}")
+
+
+# --------------------------------------------------------------------------- steps
+
+
+def place_three_orders(run: Run) -> None:
+    run.heading("1. Three orders, each published inside its order's transaction")
+    for customer, total in [("alice", "19.99"), ("bob", "5.00"), ("alice", "42.50")]:
+        order = place_order(customer, Decimal(total))
+        run.orders.append(order)
+        message = _message_of(order)
+        run.say(
+            f"order #{order.pk} {customer:<6} {total:>6}  ->  offset {message.offset}, "
+            f"key {message.partition_key}, id {message.message_id}"
+        )
+
+
+def roll_back_an_order(run: Run) -> None:
+    run.heading("2. An error later in the same transaction rolls back the order and its message")
+    orders_before, messages_before = Order.objects.count(), _log_count()
+    try:
+        with transaction.atomic():
+            place_order("mallory", Decimal("13.00"))
+            raise PaymentDeclined("card declined")
+    except PaymentDeclined as exc:
+        run.say(f"place_order('mallory', 13.00), then PaymentDeclined({str(exc)!r}): rolled back")
+    run.say(
+        f"orders {orders_before} -> {Order.objects.count()}, "
+        f"messages {messages_before} -> {_log_count()}: neither the order nor its message exists"
+    )
+
+
+def publish_a_duplicate(run: Run) -> None:
+    run.heading("3. Publishing an id that is already in the log is a no-op")
+    order = run.orders[0]
+    original = _message_of(order)
+    messages_before = _log_count()
+    again = sqlqueue.publish(
+        TOPIC,
+        {"order_id": order.pk, "customer": order.customer, "total": str(order.total)},
+        key=f"customer-{order.customer}",
+        id=f"order-{order.pk}-placed",
+    )
+    run.say(
+        f"id {again.id} again -> offset {again.offset} (first publish: offset "
+        f"{original.offset}); messages {messages_before} -> {_log_count()}"
+    )
+
+
+def publish_in_bulk(run: Run) -> None:
+    run.heading("4. publish_many: five orders, their messages in one call")
+    orders = place_orders_in_bulk(
+        [("carol", Decimal("7.25")), ("dave", Decimal("99.00")), ("carol", Decimal("3.10")),
+         ("erin", Decimal("12.00")), ("bob", Decimal("64.90"))]
+    )
+    run.orders += orders
+    offsets = [str(_message_of(order).offset) for order in orders]
+    run.say(f"orders #{orders[0].pk}-#{orders[-1].pk} -> offsets {', '.join(offsets)}")
+
+
+def publish_a_delayed_message(run: Run) -> None:
+    run.heading(f"5. A message delayed by {REMINDER_DELAY} s")
+    order = run.orders[0]
+    message = sqlqueue.publish(
+        REMINDER_TOPIC,
+        {"order_id": order.pk, "action": "ask for a review"},
+        key=f"customer-{order.customer}",
+        id=f"review-{order.pk}-{run.id}",
+        delay=REMINDER_DELAY,
+    )
+    run.say(
+        f"offset {message.offset}: published {_clock(message.published_at)}, "
+        f"deliver_at {_clock(message.deliver_at)} (database clock)"
+    )
+    run.say("it is sequenced like any other message; workers only hand it out once it is due")
+
+
+def sequence_the_log(run: Run) -> None:
+    run.heading("6. The sequencer gives committed messages their consumable positions")
+    waiting = QueueMessage.objects.filter(position__isnull=True).count()
+    sequenced = sequence_all(sequenced_by="demo")
+    run.say(f"{waiting} message(s) had no position; sequence_all() positioned {sequenced}")
+    run.say("workers read each partition in position order, never by offset")
+
+
+def show_the_log(run: Run) -> None:
+    run.heading("7. This run's messages in the log")
+    rows = (
+        QueueMessage.objects.filter(offset__gt=run.first_offset)
+        .order_by("offset")
+        .values_list("topic", "partition_key", "message_id", "offset", "position")
+    )
+    _table(run, ["topic", "key", "id", "offset", "position"], list(rows))
+    offsets = {row[3] for row in rows}
+    last = max(offsets, default=run.first_offset)
+    unused = [str(o) for o in range(run.first_offset + 1, last) if o not in offsets]
+    if unused:
+        run.say(
+            f"offset(s) {', '.join(unused)} unused: a duplicate publish or a rolled-back "
+            "transaction can use one up."
+        )
+    run.say("Positions are only given to committed messages, so they have no gaps.")
+
+
+STEPS: Sequence[Callable[[Run], None]] = (
+    place_three_orders,
+    roll_back_an_order,
+    publish_a_duplicate,
+    publish_in_bulk,
+    publish_a_delayed_message,
+    sequence_the_log,
+    show_the_log,
+)
+
+
+# --------------------------------------------------------------------------- helpers
+
+
+def _message_of(order: Order) -> QueueMessage:
+    return QueueMessage.objects.get(topic=TOPIC, message_id=f"order-{order.pk}-placed")
+
+
+def _log_count() -> int:
+    return QueueMessage.objects.filter(topic=TOPIC).count()
+
+
+def _clock(moment: datetime) -> str:
+    return moment.strftime("%H:%M:%S.%f")[:-3] + " UTC"
+
+
+def _table(run: Run, headers: list[str], rows: list[tuple[Any, ...]]) -> None:
+    cells = [headers] + [["-" if v is None else str(v) for v in row] for row in rows]
+    widths = [max(len(row[i]) for row in cells) for i in range(len(headers))]
+    for row in cells:
+        line = "  ".join(value.ljust(width) for value, width in zip(row, widths, strict=True))
+        run.say(line.rstrip())
+
+
+class Command(BaseCommand):
+    help = "Publish some orders through django-sqlqueue and print what happened at each step."
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        first_offset = QueueMessage.objects.aggregate(last=Max("offset"))["last"] or 0
+        run = Run(
+            id=timezone.now().strftime("%Y%m%d-%H%M%S-%f"),
+            stdout=self.stdout,
+            style=self.style,
+            first_offset=first_offset,
+        )
+        self.stdout.write(
+            f"django-sqlqueue demo, run {run.id}, on {connection.vendor} "
+            f"({connection.settings_dict['NAME']})"
+        )
+        for step in STEPS:
+            step(run)
+        self.stdout.write("")
+        self.stdout.write(self.style.SUCCESS("Done."))

@@ -1,0 +1,1 @@
+"""Message handlers for the queue worker live here: one function per topic this app consumes."""
