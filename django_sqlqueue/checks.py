@@ -110,3 +110,25 @@ def check_database_isolation(
                 id="sqlqueue.W001",
             ))
     return warnings
+
+
+@register("sqlqueue")
+def check_sqlite_transaction_mode(
+    app_configs: Sequence[AppConfig] | None = None, **kwargs: Any,
+) -> list[CheckMessage]:
+    """Warn when SQLite takes its write lock lazily: concurrent workers then fail with
+    "database is locked" on every lock upgrade instead of waiting their turn."""
+    warnings: list[CheckMessage] = []
+    for alias, config in settings.DATABASES.items():
+        if "sqlite3" not in config.get("ENGINE", ""):
+            continue
+        mode = str(config.get("OPTIONS", {}).get("transaction_mode") or "DEFERRED").upper()
+        if mode != "IMMEDIATE":
+            warnings.append(Warning(
+                f"DATABASES['{alias}'] is SQLite with transaction_mode {mode}; queue workers "
+                "and publishers will hit 'database is locked' errors (retried, but slow).",
+                hint="Set OPTIONS = {'transaction_mode': 'IMMEDIATE', 'timeout': 20, "
+                "'init_command': 'PRAGMA journal_mode=WAL;'}.",
+                id="sqlqueue.W002",
+            ))
+    return warnings

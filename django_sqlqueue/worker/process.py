@@ -77,6 +77,7 @@ class Worker:
         for s in subscriptions:
             self.groups_by_topic.setdefault(s.topic, set()).add(s.group)
         self._pending: list[Outcome] = []
+        self._collected: dict[tuple[str, str], int] = {}  # GC horizon already collected
         self._seen_head: int | None = None
         self._next_maintain = 0.0
         self._next_acquire = 0.0
@@ -100,9 +101,13 @@ class Worker:
         with self._signal_handlers():
             self._step("discover", self.leasing.discover_all)
             while not self.stopping.is_set():
+                started = time.monotonic()
                 delay = self._step("poll", self._tick)
                 if delay is None:
                     delay = self.faults_delay
+                else:
+                    # POLL_INTERVAL is the cadence of polls, not a pause after each one.
+                    delay -= time.monotonic() - started
                 if delay > 0 and not self.stopping.is_set():
                     self.wake.wait(delay)
                     self.wake.clear()
@@ -139,7 +144,6 @@ class Worker:
             self.leasing.maintain(now_ms, acquire=not self.stopping.is_set())
             self._next_maintain = now + self.conf.renew_interval
             self._next_acquire = now + ACQUIRE_INTERVAL
-            self._mark_all_for_look()
         elif (now >= self._next_acquire and not self.stopping.is_set()
               and self.leasing.below_share()):
             for partition in self.leasing.acquire(now_ms):
@@ -163,7 +167,7 @@ class Worker:
         pending_idents = {o.partition.ident for o in self._pending}
         self.leasing.release_drained(pending_idents)
         if self.conf.gc_interval and now >= self._next_gc:
-            collect_garbage(self.topics, self.groups_by_topic, self.using)
+            collect_garbage(self.topics, self.groups_by_topic, self.using, self._collected)
             self._next_gc = now + self.conf.gc_interval
         if self.burst and not self.stopping.is_set() and self._burst_done(delivered, pending):
             logger.info("burst finished: nothing deliverable name=%s", self.name)
@@ -219,10 +223,6 @@ class Worker:
             if partition.needs_look:
                 looked.append(partition)
         return looked
-
-    def _mark_all_for_look(self) -> None:
-        for partition in self.partitions.values():
-            partition.needs_look = True
 
     def _extension_due(self, now_ms: int) -> bool:
         for partition in self.partitions.values():
