@@ -97,8 +97,11 @@ SQLQUEUE = {
     "BATCH_SIZE": 10,  # messages fetched per partition per poll; 1 = strictly in order
     "VISIBILITY_TIMEOUT": 30.0,  # seconds before an unacked delivery is redelivered
     "MAX_ATTEMPTS": 5,  # deliveries before a failing message moves to the DLQ
-    "LEASE_DURATION": 30.0,  # seconds before an unrenewed partition lease may be taken
-    "RENEW_INTERVAL": 10.0,  # seconds between lease renewals / heartbeats / rebalances
+    # The demo's two workers should share partitions within seconds, so leases here are
+    # shorter than the defaults (LEASE_DURATION 30 s, RENEW_INTERVAL 10 s).
+    # Seconds before an unrenewed lease may be taken; seconds between renewals/rebalances.
+    "LEASE_DURATION": env.float("SQLQUEUE_LEASE_DURATION", default=6.0),
+    "RENEW_INTERVAL": env.float("SQLQUEUE_RENEW_INTERVAL", default=1.0),
     "DLQ_SUFFIX": "_dlq",  # "orders" dead-letters to "orders_dlq"
     "MAX_PAYLOAD_BYTES": 1024 * 1024,  # largest payload, as JSON
     "PUBLISH_BATCH_SIZE": 500,  # rows per INSERT in publish_many

@@ -22,3 +22,18 @@ class Order(models.Model):
 
     def __str__(self) -> str:
         return f"order #{self.pk} for {self.customer} ({self.total})"
+
+
+class HandlerRun(models.Model):
+    """One run of a queue handler, kept so the demo can show who handled what."""
+
+    group = models.CharField(max_length=100)
+    order = models.ForeignKey(Order, on_delete=models.CASCADE, related_name="handler_runs")
+    message_offset = models.BigIntegerField()
+    attempt = models.IntegerField()
+    worker_pid = models.IntegerField()
+    succeeded = models.BooleanField()
+    handled_at = models.DateTimeField(auto_now_add=True)
+
+    def __str__(self) -> str:
+        return f"{self.group} handled order #{self.order_id} (attempt {self.attempt})"

@@ -10,13 +10,20 @@ Rows from earlier runs stay in the database; the summary shows only this run's.
 
 from __future__ import annotations
 
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from decimal import Decimal
+from pathlib import Path
 from typing import Any
 
-from django.core.management.base import BaseCommand, OutputWrapper
+from django.core.management.base import BaseCommand, CommandError, OutputWrapper
 from django.core.management.color import Style
 from django.db import connection, transaction
 from django.db.models import Max
@@ -25,13 +32,16 @@ from django.utils import timezone
 import django_sqlqueue as sqlqueue
 
 # The demo reads the log table to show offsets and positions; applications never need to.
-from django_sqlqueue.models import QueueMessage
+from django_sqlqueue.models import PartitionLease, QueueMessage, SubscriberHeartbeat
 from django_sqlqueue.sequencing import sequence_all
-from shop.models import Order
+from shop.models import HandlerRun, Order
 from shop.services import TOPIC, place_order, place_orders_in_bulk
 
 REMINDER_TOPIC = "reminders"
 REMINDER_DELAY = 30  # seconds
+MANAGE_PY = Path(__file__).resolve().parents[3] / "manage.py"
+WORKERS = ("demo-worker-1", "demo-worker-2")
+CONSUME_TIMEOUT = 60.0  # seconds the demo waits for the workers before giving up
 
 
 class PaymentDeclined(Exception):
@@ -45,6 +55,9 @@ class Run:
     style: Style
     first_offset: int  # log rows above this offset were written by this run
     orders: list[Order] = field(default_factory=list)
+    poison: Order | None = None
+    workers: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
+    worker_logs: Path | None = None
 
     def heading(self, text: str) -> None:
         self.stdout.write("")
@@ -156,6 +169,81 @@ def show_the_log(run: Run) -> None:
     run.say("Positions are only given to committed messages, so they have no gaps.")
 
 
+def start_two_workers(run: Run) -> None:
+    run.heading("8. Two workers consume the orders: groups billing and emails, independently")
+    run.worker_logs = Path(tempfile.mkdtemp(prefix="sqlqueue-demo-"))
+    for name in WORKERS:
+        log = (run.worker_logs / f"{name}.log").open("wb")
+        run.workers[name] = subprocess.Popen(
+            [sys.executable, str(MANAGE_PY), "runqueueworker", "--name", name],
+            stdout=log, stderr=subprocess.STDOUT, env=os.environ.copy(),
+        )
+    run.say(f"started {', '.join(WORKERS)} (manage.py runqueueworker; logs in {run.worker_logs})")
+    _wait_for_rebalance(run)
+    run.say("both hold a fair share of the partitions; placing six more orders and a poison one")
+    run.orders += [place_order(customer, Decimal(total)) for customer, total in [
+        ("frank", "8.00"), ("grace", "15.50"), ("heidi", "23.00"), ("ivan", "4.75"),
+        ("judy", "31.00"), ("alice", "9.99"),
+    ]]
+    run.poison = place_order("mallory", Decimal("-5.00"))
+    run.say(f"order #{run.poison.pk} has a negative total: billing's handler will always fail")
+    order_ids = [order.pk for order in run.orders]
+    deadline = time.monotonic() + CONSUME_TIMEOUT
+    while time.monotonic() < deadline:
+        billed = set(HandlerRun.objects.filter(group="billing", succeeded=True,
+                                               order__in=order_ids).values_list("order", flat=True))
+        mailed = set(HandlerRun.objects.filter(group="emails", order__in=order_ids + [run.poison.pk])
+                     .values_list("order", flat=True))
+        dead = QueueMessage.objects.filter(topic=f"{TOPIC}_dlq", consumer_group="billing",
+                                           original_offset=_message_of(run.poison).offset)
+        if len(billed) == len(order_ids) and len(mailed) == len(order_ids) + 1 and dead.exists():
+            break
+        _check_workers_alive(run)
+        time.sleep(0.2)
+    else:
+        raise CommandError(f"the workers did not finish within {CONSUME_TIMEOUT:.0f} s; see the "
+                           f"logs in {run.worker_logs}")
+    pids = {process.pid: name for name, process in run.workers.items()}
+    rows = []
+    for group in ("billing", "emails"):
+        for pid, name in pids.items():
+            runs = HandlerRun.objects.filter(group=group, worker_pid=pid, order__in=order_ids)
+            customers = sorted({f"customer-{c}" for c in runs.values_list("order__customer", flat=True)})
+            rows.append((group, name, str(runs.count()), ", ".join(customers) or "-"))
+    _table(run, ["group", "worker", "handled", "partitions (keys)"], rows)
+    run.say("each partition (key) is leased to one worker per group; both groups saw every order")
+
+
+def show_the_dead_letter(run: Run) -> None:
+    run.heading("9. The poison order lands in billing's dead-letter topic, and only there")
+    assert run.poison is not None
+    original = _message_of(run.poison)
+    attempts = HandlerRun.objects.filter(group="billing", order=run.poison).count()
+    copy = QueueMessage.objects.get(topic=f"{TOPIC}_dlq", consumer_group="billing",
+                                    original_offset=original.offset)
+    run.say(f"billing tried order #{run.poison.pk} {attempts} times (max_attempts=3), then gave up")
+    run.say(f"{copy.topic}: id {copy.message_id}, group {copy.consumer_group}, "
+            f"attempts {copy.failure_count}, error {copy.last_error!r}")
+    emails = HandlerRun.objects.filter(group="emails", order=run.poison).count()
+    others = QueueMessage.objects.filter(topic=f"{TOPIC}_dlq", original_offset=original.offset)
+    run.say(f"emails handled the same message {emails} time(s) without error; dead letters for "
+            f"it: {others.count()} (billing's only); the original stays in {TOPIC!r} for GC")
+
+
+def stop_the_workers(run: Run) -> None:
+    run.heading("10. SIGTERM: the workers finish in-flight messages, release leases and exit")
+    for process in run.workers.values():
+        process.send_signal(signal.SIGTERM)
+    codes = {name: process.wait(timeout=60) for name, process in run.workers.items()}
+    run.say(", ".join(f"{name} exited {code}" for name, code in codes.items()))
+    held = PartitionLease.objects.filter(leased_by__in=WORKERS).count()
+    live = SubscriberHeartbeat.objects.filter(subscriber_name__in=WORKERS,
+                                              deregistered_at=0).count()
+    run.say(f"leases still held by them: {held}; registered heartbeats still live: {live}")
+    if any(codes.values()):
+        raise CommandError(f"a worker exited with an error; see the logs in {run.worker_logs}")
+
+
 STEPS: Sequence[Callable[[Run], None]] = (
     place_three_orders,
     roll_back_an_order,
@@ -164,10 +252,47 @@ STEPS: Sequence[Callable[[Run], None]] = (
     publish_a_delayed_message,
     sequence_the_log,
     show_the_log,
+    start_two_workers,
+    show_the_dead_letter,
+    stop_the_workers,
 )
 
 
 # --------------------------------------------------------------------------- helpers
+
+
+def _wait_for_rebalance(run: Run) -> None:
+    """Wait until each worker holds billing partitions (first-come takes all, then shares)."""
+    deadline = time.monotonic() + CONSUME_TIMEOUT
+    while time.monotonic() < deadline:
+        holders = set(PartitionLease.objects.filter(consumer_group="billing", topic=TOPIC,
+                                                    leased_by__in=WORKERS)
+                      .values_list("leased_by", flat=True))
+        if len(holders) == len(WORKERS):
+            return
+        _check_workers_alive(run)
+        time.sleep(0.2)
+    raise CommandError(f"the workers did not share partitions within {CONSUME_TIMEOUT:.0f} s")
+
+
+def _summary(run: Run) -> None:
+    ids = [order.pk for order in run.orders] + ([run.poison.pk] if run.poison else [])
+    published = QueueMessage.objects.filter(offset__gt=run.first_offset).exclude(
+        topic__endswith="_dlq").count()
+    billed = HandlerRun.objects.filter(group="billing", succeeded=True, order__in=ids).count()
+    mailed = HandlerRun.objects.filter(group="emails", order__in=ids).count()
+    dead = QueueMessage.objects.filter(offset__gt=run.first_offset, topic__endswith="_dlq").count()
+    run.stdout.write(
+        f"Summary: {published} messages published, billing handled {billed}, emails handled "
+        f"{mailed}, {dead} dead letter(s), {len(run.workers)} workers stopped cleanly."
+    )
+
+
+def _check_workers_alive(run: Run) -> None:
+    for name, process in run.workers.items():
+        if process.poll() is not None:
+            raise CommandError(f"{name} exited early with status {process.returncode}; see "
+                               f"{run.worker_logs}")
 
 
 def _message_of(order: Order) -> QueueMessage:
@@ -205,7 +330,13 @@ class Command(BaseCommand):
             f"django-sqlqueue demo, run {run.id}, on {connection.vendor} "
             f"({connection.settings_dict['NAME']})"
         )
-        for step in STEPS:
-            step(run)
+        try:
+            for step in STEPS:
+                step(run)
+        finally:
+            for process in run.workers.values():
+                if process.poll() is None:
+                    process.kill()
         self.stdout.write("")
+        _summary(run)
         self.stdout.write(self.style.SUCCESS("Done."))
