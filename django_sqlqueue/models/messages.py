@@ -23,6 +23,7 @@ STORED_COLUMNS = ("offset", "topic", "partition_key", "id", "payload", "metadata
 # (topic, key, id, payload_json, headers_json, delay_ms)
 NewRow = tuple[str, str, str, str, str, int]
 StoredRow = tuple[Any, ...]
+_NO_BOUND = 2**62  # a position no log will reach
 
 
 class QueueMessageManager(models.Manager["QueueMessage"]):
@@ -127,16 +128,18 @@ class QueueMessageManager(models.Manager["QueueMessage"]):
         )]
 
     def walk(
-        self, group: str, topic: str, watermarks: dict[str, int], limit: int, using: str
+        self, group: str, topic: str, ranges: dict[str, tuple[int, int | None]], limit: int,
+        using: str,
     ) -> dict[str, list[tuple[int, int, bool]]]:
-        """For each partition, up to ``limit`` (position, offset, acked) above its watermark.
+        """Per partition ``key: (watermark, upper bound or None)``, up to ``limit``
+        (position, offset, acked) rows above the watermark, in position order.
 
         The watermark walk reads the log and the group's delivery state together; a
         message without a delivery row has not been delivered (acked = False).
         """
         connection = connections[using]
         q = sqlb.quoter(connection)
-        result: dict[str, list[tuple[int, int, bool]]] = {key: [] for key in watermarks}
+        result: dict[str, list[tuple[int, int, bool]]] = {key: [] for key in ranges}
         branch = (
             f"SELECT m.{q('partition_key')} AS pk, m.{q('position')} AS pos, m.{q('offset')} AS off, "
             f"d.{q('acked')} AS acked FROM {q('queue_messages')} m "
@@ -144,12 +147,13 @@ class QueueMessageManager(models.Manager["QueueMessage"]):
             f"AND d.{q('topic')} = m.{q('topic')} AND d.{q('partition_key')} = m.{q('partition_key')} "
             f"AND d.{q('message_offset')} = m.{q('offset')} "
             f"WHERE m.{q('topic')} = %s AND m.{q('partition_key')} = %s AND m.{q('position')} > %s "
-            f"ORDER BY m.{q('position')} LIMIT %s"
+            f"AND m.{q('position')} <= %s ORDER BY m.{q('position')} LIMIT %s"
         )
-        for keys in sqlb.chunks(list(watermarks)):
+        for keys in sqlb.chunks(list(ranges)):
             params: list[Any] = []
             for key in keys:
-                params += [group, topic, key, watermarks[key], limit]
+                low, high = ranges[key]
+                params += [group, topic, key, low, _NO_BOUND if high is None else high, limit]
             for pk, pos, off, acked in sqlb.fetch_all(
                 connection, sqlb.union_all([branch] * len(keys)), params
             ):

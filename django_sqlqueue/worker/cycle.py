@@ -51,6 +51,7 @@ class CycleResult:
     lost: list[Partition] = field(default_factory=list)
     watermarks: dict[tuple[str, str, str], int] = field(default_factory=dict)
     settled: dict[tuple[str, str, str], bool] = field(default_factory=dict)
+    walked: set[tuple[str, str, str]] = field(default_factory=set)
     extended: dict[tuple[tuple[str, str, str], int], int] = field(default_factory=dict)
     full: bool = False  # some partition returned a whole batch: poll again at once
 
@@ -139,9 +140,15 @@ class PollCycle:
 
     def _advance_watermarks(self, looked: list[Partition], now_ms: int,
                             result: CycleResult) -> None:
-        for (group, topic), partitions in _by_subscription(looked).items():
+        """Walk forward over acked messages; only partitions with new acks can move."""
+        dirty = [p for p in looked if p.dirty]
+        for partition in looked:
+            result.watermarks[partition.ident] = partition.watermark
+        for (group, topic), partitions in _by_subscription(dirty).items():
+            bounds = {p.key: _walk_bound(p) for p in partitions}
             walked = QueueMessage.objects.walk(
-                group, topic, {p.key: p.watermark for p in partitions}, WALK_LIMIT, self.using
+                group, topic, {p.key: (p.watermark, bounds[p.key]) for p in partitions},
+                WALK_LIMIT, self.using,
             )
             advanced: dict[str, int] = {}
             passed: list[MessageRef] = []
@@ -156,7 +163,11 @@ class PollCycle:
                 if watermark > partition.watermark:
                     advanced[partition.key] = watermark
                 result.watermarks[partition.ident] = watermark
-                result.settled[partition.ident] = index == len(rows) and len(rows) < WALK_LIMIT
+                # Bounded walks cannot see past the bound, so they never claim "settled".
+                result.settled[partition.ident] = (
+                    index == len(rows) and len(rows) < WALK_LIMIT and bounds[partition.key] is None
+                )
+                result.walked.add(partition.ident)
             ConsumerOffset.objects.advance(group, topic, advanced, now_ms, self.using)
             DeliveryState.objects.delete_acked(group, topic, passed, self.using)
 
@@ -199,6 +210,13 @@ class PollCycle:
             DeliveryState.objects.mark_delivered(group, topic, fresh, invisible_until, self.using)
             if any(counts[key] >= windows[key][1] for key in windows):
                 result.full = True
+
+
+def _walk_bound(partition: Partition) -> int | None:
+    """While messages are in flight, acked ones lie at or below the highest position handed
+    out, so the walk stops there instead of reading the backlog behind it. With nothing in
+    flight the walk is unbounded, which also tells whether the partition is caught up."""
+    return partition.max_position if partition.in_flight else None
 
 
 def _by_subscription(partitions: list[Partition]) -> dict[tuple[str, str], list[Partition]]:

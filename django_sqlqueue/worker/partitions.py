@@ -36,6 +36,11 @@ class Partition:
     settled: bool = False
     # The earliest known time (epoch ms) something in this partition becomes due.
     timer_ms: int | None = None
+    # Acks were recorded since the last watermark walk (or the partition is new to us).
+    dirty: bool = True
+    # The highest position this worker handed out here; acked messages lie at or below it,
+    # so the walk need not read further. None: unknown (just acquired), walk unbounded.
+    max_position: int | None = None
 
     @property
     def group(self) -> str:

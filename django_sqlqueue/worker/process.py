@@ -246,6 +246,8 @@ class Worker:
             partition.needs_look = False
             if partition.ident in result.watermarks:
                 partition.watermark = result.watermarks[partition.ident]
+            if partition.ident in result.walked:
+                partition.dirty = False
                 partition.settled = result.settled[partition.ident]
         for outcome in result.applied + result.dropped:
             outcome.partition.in_flight.pop(outcome.message.offset, None)
@@ -257,15 +259,19 @@ class Worker:
             self._signal_outcome(outcome)
             if outcome.kind == "nack":
                 outcome.partition.add_timer(self.clock.now_ms() + int(outcome.delay * 1000))
+            else:
+                outcome.partition.dirty = True
             outcome.partition.needs_look = True
         for dead in result.dead_on_fetch:
             dead.partition.needs_look = True
+            dead.partition.dirty = True
             signals.message_dead_lettered.send(
                 sender=Message, message=dead.message, subscription=dead.partition.subscription,
                 error=dead.error,
             )
         for delivery in result.deliveries:
             partition = delivery.partition
+            partition.max_position = max(partition.max_position or 0, delivery.message.position)
             partition.in_flight[delivery.message.offset] = InFlight(
                 delivery.message.offset, delivery.message.position, delivery.invisible_until
             )
