@@ -26,8 +26,9 @@ def now_ms_sql(connection: BaseDatabaseWrapper) -> str:
         # (UNIX_TIMESTAMP(NOW()) is ambiguous during a DST change).
         return "(TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', UTC_TIMESTAMP(6)) DIV 1000)"
     if connection.vendor == "postgresql":
-        # clock_timestamp(), not now(): now() is frozen at the start of the transaction.
-        return "(FLOOR(EXTRACT(EPOCH FROM clock_timestamp()) * 1000)::bigint)"
+        # statement_timestamp(): not now(), which is frozen at the start of the transaction,
+        # nor clock_timestamp(), which can differ between two columns of one row.
+        return "(FLOOR(EXTRACT(EPOCH FROM statement_timestamp()) * 1000)::bigint)"
     if connection.vendor == "sqlite":
         return "(CAST((julianday('now') - 2440587.5) * 86400000.0 AS INTEGER))"
     raise NotImplementedError(f"django-sqlqueue does not support the {connection.vendor!r} backend")

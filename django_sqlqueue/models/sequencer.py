@@ -27,6 +27,13 @@ class LogSequencerManager(models.Manager["LogSequencer"]):
             row = cursor.fetchone()
             if row is not None:
                 return int(row[0])
+            # Skipped because another worker holds it, or missing? Ask without locking: an
+            # INSERT of an existing, locked key would wait for that worker after all.
+            cursor.execute(
+                f"SELECT 1 FROM {q('queue_sequencer')} WHERE {q('name')} = %s", [name]
+            )
+            if cursor.fetchone() is not None:
+                return None
             prefix, suffix = vendor.insert_ignore_sql(connection, ["name"])
             cursor.execute(
                 f"{prefix} {q('queue_sequencer')} ({q('name')}, {q('last_position')}, "

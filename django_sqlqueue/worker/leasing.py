@@ -35,8 +35,17 @@ class Leasing:
         # Per subscription: the fair share from the last rebalance (None = unlimited).
         self.shares: dict[tuple[str, str], int | None] = {}
         self.nothing_claimable = False
+        # Per subscription: (partitions, live workers) from the last rebalance, for logs.
+        self.last_counts: dict[tuple[str, str], tuple[int, int]] = {}
 
     # ----------------------------------------------------------------- lifecycle
+
+    def name_in_use(self, now_ms: int) -> bool:
+        """Whether a live worker already runs under this worker's name."""
+        return SubscriberHeartbeat.objects.using(self.using).filter(
+            subscriber_name=self.worker_name, deregistered_at=0,
+            heartbeat_at__gt=now_ms - self.lease_ms,
+        ).exists()
 
     def discover_all(self) -> None:
         """Create lease rows for every partition already in the log (at start-up)."""
@@ -136,17 +145,29 @@ class Leasing:
         except Exception:  # noqa: BLE001 - availability over fairness, as the RFC says
             logger.warning("fair share unavailable, acquiring without a cap", exc_info=True)
             return None
+        self.last_counts[(subscription.group, subscription.topic)] = (total, active)
         if total == 0:
             return 0
         return math.ceil(total / max(active, 1))
 
     def _reconcile(self, subscription: Subscription) -> None:
-        owned = PartitionLease.objects.owned(
-            subscription.group, subscription.topic, self.worker_name, self.using
-        )
+        """Make local state match the lease table: drop partitions taken from us, and adopt
+        leases held under our name that we do not know (say, a take whose follow-up read
+        failed), so that no lease is renewed forever without being consumed."""
+        group, topic = subscription.group, subscription.topic
+        owned = PartitionLease.objects.owned(group, topic, self.worker_name, self.using)
         for partition in list(self.partitions.values()):
             if partition.subscription is subscription and owned.get(partition.key) != partition.generation:
                 self.drop([partition])
+        unknown = [key for key in owned if (group, topic, key) not in self.partitions]
+        if unknown:
+            ConsumerOffset.objects.ensure(group, topic, unknown, self.using)
+            watermarks = ConsumerOffset.objects.watermarks(group, topic, unknown, self.using)
+            for key in unknown:
+                partition = Partition(subscription, key, owned[key], watermarks.get(key, 0))
+                self.partitions[partition.ident] = partition
+                logger.warning("lease adopted group=%s topic=%s key=%s generation=%s",
+                               group, topic, key, partition.generation)
 
     def _mark_excess(self, subscription: Subscription) -> None:
         share = self.shares.get((subscription.group, subscription.topic))
@@ -157,11 +178,12 @@ class Leasing:
              if p.subscription is subscription and not p.draining),
             key=lambda p: p.key,
         )
+        partitions, workers = self.last_counts.get((subscription.group, subscription.topic), (0, 0))
         for partition in held[share:]:
             partition.draining = True
             logger.info(
-                "rebalancing: releasing group=%s topic=%s key=%s share=%s",
-                partition.group, partition.topic, partition.key, share,
+                "rebalancing: releasing group=%s topic=%s key=%s share=%s partitions=%s workers=%s",
+                partition.group, partition.topic, partition.key, share, partitions, workers,
             )
 
     def _take(self, subscription: Subscription, want: int, now_ms: int) -> list[Partition]:

@@ -85,6 +85,7 @@ class Worker:
         self._next_gc = time.monotonic() + conf.gc_interval
         self._signals_received = 0
         self.exit_code = 0
+        self.exit_reason = ""
 
     @property
     def partitions(self) -> dict[Ident, Partition]:
@@ -99,6 +100,8 @@ class Worker:
             self.name, ",".join(f"{s.topic}:{s.group}" for s in self.subscriptions),
         )
         with self._signal_handlers():
+            if not self._wait_for_unique_name():
+                return self.exit_code
             self._step("discover", self.leasing.discover_all)
             while not self.stopping.is_set():
                 started = time.monotonic()
@@ -114,6 +117,28 @@ class Worker:
             self._shutdown()
         logger.info("worker stopped name=%s", self.name)
         return self.exit_code
+
+    def _wait_for_unique_name(self) -> bool:
+        """Two live workers under one name would share leases: wait for a previous worker of
+        this name (restarted after a crash) to go stale, or refuse to start."""
+        deadline = time.monotonic() + self.conf.lease_duration + self.conf.renew_interval
+        warned = False
+        while not self.stopping.is_set():
+            _, _, db_now = LogSequencer.objects.head(self.using)
+            if not self.leasing.name_in_use(db_now):
+                return True
+            if time.monotonic() >= deadline:
+                self.exit_reason = (f"another worker named {self.name!r} is running; give each "
+                                    "worker a unique --name")
+                logger.error("%s", self.exit_reason)
+                self.exit_code = 2
+                return False
+            if not warned:
+                logger.warning("a worker named %s was alive moments ago; waiting up to %.0fs "
+                               "for its lease to expire", self.name, deadline - time.monotonic())
+                warned = True
+            self.wake.wait(0.5)
+        return False
 
     def stop(self) -> None:
         self.stopping.set()

@@ -83,7 +83,8 @@ class Command(BaseCommand):
         )
         code = worker.run()
         if code:
-            raise CommandError(f"worker exited with status {code}", returncode=code)
+            raise CommandError(worker.exit_reason or f"worker exited with status {code}",
+                               returncode=code)
 
 
 def _configure_logging(verbosity: int) -> None:

@@ -1,0 +1,167 @@
+"""Fencing and the database clock: a paused worker, and workers with wrong wall clocks.
+
+A worker that was paused past its lease (SIGSTOP, then SIGCONT) must not deliver, ack or move
+the watermark of a partition another worker took over meanwhile; and leases, visibility and
+delays are judged by the database server's clock, so a worker whose own clock is off by a
+minute and a half behaves exactly like the others.
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+import signal
+import subprocess
+import time
+
+import pytest
+from django.db import connection
+
+import django_sqlqueue as sqlqueue
+from django_sqlqueue.models import PartitionLease
+from tests.testapp.models import Handled
+from tests.worker_harness import (
+    REPO_ROOT,
+    command,
+    lease_counts,
+    position_of,
+    wait_stable,
+    wait_until,
+    watermark,
+    worker_env,
+    worker_pool,
+)
+
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.worker]
+
+@pytest.fixture
+def workers(transactional_db, tmp_path):  # type: ignore[no-untyped-def]
+    with worker_pool(tmp_path) as pool:
+        yield pool
+
+
+# Short leases so a paused worker loses its partition quickly.
+FAST_LEASES = {"LEASE_DURATION": 1.5, "RENEW_INTERVAL": 0.3}
+
+
+def runs(topic: str, offset: int) -> list[tuple[int, int]]:
+    """(attempt, pid) of every handler run of a message, in attempt order."""
+    return list(
+        Handled.objects.filter(topic=topic, offset=offset)
+        .order_by("attempt", "handled_at").values_list("attempt", "pid")
+    )
+
+
+def test_a_paused_worker_cannot_ack_or_deliver_after_its_lease_was_taken(workers):
+    message = sqlqueue.publish("slow", {"sleep": 1.5}, key="p")
+    a = workers.start("fence-a", "--topic", "slow", settings=FAST_LEASES)
+    wait_until(lambda: runs("slow", message.offset), what="worker A starting the handler",
+               watch=[a])
+    a.send(signal.SIGSTOP)  # paused mid-handler, past its lease and the visibility timeout
+    try:
+        b = workers.start("fence-b", "--topic", "slow", settings=FAST_LEASES)
+        wait_until(
+            lambda: PartitionLease.objects.filter(topic="slow", partition_key="p",
+                                                  leased_by="fence-b").exists(),
+            what="worker B taking over A's stale lease", watch=[b],
+        )
+        # B redelivers once A's delivery is no longer invisible (visibility_timeout=2 s).
+        wait_until(lambda: len(runs("slow", message.offset)) >= 2, timeout=15,
+                   what="worker B redelivering the message", watch=[b])
+    finally:
+        a.send(signal.SIGCONT)
+
+    # A's handler now finishes; its ack is refused and A drops the partition.
+    wait_until(lambda: "lease lost" in a.stderr, what="worker A noticing its lease is gone",
+               watch=[a, b])
+    later = sqlqueue.publish_many("slow", [{"payload": {"sleep": 0}, "key": "p"} for _ in range(3)])
+    wait_until(lambda: all(runs("slow", m.offset) for m in later), what="the later messages",
+               watch=[a, b])
+    wait_until(lambda: watermark("billing", "slow", "p") >= position_of(later[-1].offset),
+               what="B's watermark passing every message", watch=[a, b])
+
+    lease = PartitionLease.objects.get(consumer_group="billing", topic="slow", partition_key="p")
+    assert (lease.leased_by, lease.generation) == ("fence-b", 2)
+    assert runs("slow", message.offset) == [(1, a.pid), (2, b.pid)]  # A never redelivered it
+    for m in later:
+        assert runs("slow", m.offset) == [(1, b.pid)]  # and never fetched after resuming
+    assert Handled.objects.filter(pid=a.pid).count() == 1
+    a.terminate()
+    assert a.wait_exit(timeout=10) == 0
+
+
+# --------------------------------------------------------------------------- one clock
+
+
+def _start_skewed(workers, name: str, skew: str, *args: str):  # type: ignore[no-untyped-def]
+    """A worker whose wall clock (time.time, datetime.now) is shifted by ``skew``.
+
+    libfaketime is preloaded directly: the ``faketime`` wrapper forks, and signals sent to
+    it would not reach the worker.
+    """
+    stdout = workers.directory / f"{name}.stdout"
+    stderr = workers.directory / f"{name}.stderr"
+    env = worker_env(FAST_LEASES)
+    env["LD_PRELOAD"] = _libfaketime()
+    env["FAKETIME"] = skew
+    # A wrong wall clock, as on a badly synchronised host; the monotonic clock stays true
+    # (faking it too would also break every timed wait in the process).
+    env["FAKETIME_DONT_FAKE_MONOTONIC"] = "1"
+    with stdout.open("wb") as out, stderr.open("wb") as err:
+        proc = subprocess.Popen(
+            command("--name", name, *args), cwd=REPO_ROOT, env=env, stdout=out, stderr=err,
+        )
+    from tests.worker_harness import WorkerProcess
+
+    worker = WorkerProcess(name, proc, stdout, stderr, time.monotonic())
+    workers.started.append(worker)
+    return worker
+
+
+def _libfaketime() -> str:
+    found = sorted(glob.glob("/usr/lib/*/faketime/libfaketime.so.1"))
+    return found[0] if found else ""
+
+
+def _require_faketime() -> None:
+    if connection.vendor == "sqlite":
+        pytest.skip("SQLite's clock is the calling process's own clock: there is no server clock")
+    if not _libfaketime():
+        if os.environ.get("CI", "").lower() in {"1", "true", "yes"}:
+            pytest.fail("libfaketime is not installed (.ci/run installs the faketime package)")
+        pytest.skip("libfaketime is not installed (apt-get install faketime)")
+
+
+@pytest.mark.parametrize("skew", ["+90s", "-90s"])
+def test_a_worker_with_a_skewed_clock_respects_delays(workers, skew):
+    _require_faketime()
+    worker = _start_skewed(workers, f"skewed{skew}", skew, "--topic", "orders",
+                           "--group", "billing")
+    control = sqlqueue.publish("orders", {"n": "now"}, key="k")
+    wait_until(lambda: runs("orders", control.offset), what="the undelayed message",
+               watch=[worker])
+
+    published_at = time.time()
+    delayed = sqlqueue.publish("orders", {"n": "later"}, key="k", delay=2.0)
+    seen = wait_until(lambda: runs("orders", delayed.offset) and time.time(), timeout=15,
+                      interval=0.02, what="the delayed message", watch=[worker])
+    assert seen - published_at >= 2.0 - 0.1
+
+
+def test_leases_of_a_worker_with_a_slow_clock_are_not_stolen(workers):
+    _require_faketime()
+    sqlqueue.publish_many("orders", [{"payload": {"n": n}, "key": f"k{n}"} for n in range(4)])
+    # Were leases judged by the workers' own clocks, B would find A's renewals 90 s old,
+    # steal every lease on each attempt, and A would steal them back: generations would climb.
+    a = _start_skewed(workers, "slow-clock", "-90s", "--topic", "orders", "--group", "billing")
+    b = workers.start("true-clock", "--topic", "orders", "--group", "billing",
+                      settings=FAST_LEASES)
+    names = ["slow-clock", "true-clock"]
+    wait_stable(lambda: lease_counts(names), [2, 2], hold=1.0, what="a 2/2 split",
+                watch=[a, b])
+    generations = dict(PartitionLease.objects.filter(topic="orders", consumer_group="billing")
+                       .values_list("partition_key", "generation"))
+    time.sleep(2.5)  # longer than LEASE_DURATION: every lease has been renewed meanwhile
+    assert lease_counts(names) == [2, 2]
+    assert dict(PartitionLease.objects.filter(topic="orders", consumer_group="billing")
+                .values_list("partition_key", "generation")) == generations
