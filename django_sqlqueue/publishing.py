@@ -87,9 +87,10 @@ def publish_many(
     first: dict[tuple[str, str, str], NewRow] = {}
     for row in rows:
         first.setdefault((row[0], row[1], row[2]), row)
-    # Key order, not caller order: two calls sharing ids then lock the unique index entries
-    # in the same order and cannot deadlock each other.
-    unique_rows = sorted(first.values(), key=lambda r: (r[0], r[1], r[2]))
+    # Partitions in key order, so two calls sharing ids lock the unique index in the same
+    # order and cannot deadlock each other; within a partition the caller's order stands
+    # (the sort is stable), because that is the order its messages will be consumed in.
+    unique_rows = sorted(first.values(), key=lambda r: (r[0], r[1]))
     stored: dict[tuple[str, str, str], StoredRow] = {}
     with transaction.atomic(using=alias):
         for start in range(0, len(unique_rows), conf.publish_batch_size):

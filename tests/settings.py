@@ -91,7 +91,8 @@ if _engine == "django.db.backends.sqlite3":
         }
     )
     # A real file (not :memory:) so worker subprocesses can open the same test database.
-    _db["TEST"] = {"NAME": str(TEST_DATA_DIR / "test_sqlqueue.sqlite3")}
+    # Named after the configured file, so runs pointed at different files never collide.
+    _db["TEST"] = {"NAME": str(TEST_DATA_DIR / f"test_{Path(str(_db['NAME'])).name}")}
 elif _engine == "django.db.backends.mysql":
     _db.setdefault("OPTIONS", {}).update(
         {"charset": "utf8mb4", "isolation_level": "read committed"}
