@@ -158,7 +158,8 @@ def test_concurrent_batches_sharing_ids_in_opposite_orders_do_not_deadlock():
     for round_number in range(rounds):
         barrier = threading.Barrier(threads_count, timeout=10)
 
-        def publish_batch(n: int, round_number: int = round_number):
+        def publish_batch(n: int, round_number: int = round_number,
+                          barrier: threading.Barrier = barrier):
             batch = [{"payload": i, "id": f"r{round_number}-{i}", "key": f"k{i}"}
                      for i in range(100)]
             if n % 2:

@@ -16,3 +16,6 @@ class Handled(models.Model):
 
     class Meta:
         db_table = "testapp_handled"
+
+    def __str__(self) -> str:
+        return f"{self.group} ran {self.topic}/{self.key}@{self.offset} (attempt {self.attempt})"
