@@ -11,7 +11,7 @@ from django.db import transaction
 
 from .models import LogSequencer, QueueMessage
 
-SEQUENCE_BATCH = 2000  # rows per sequencing transaction
+SEQUENCE_BATCH = 1000  # rows per sequencing transaction: short row locks, short lag
 
 
 def sequence_pending(using: str = "default", sequenced_by: str = "",

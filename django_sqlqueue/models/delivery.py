@@ -1,6 +1,6 @@
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from django.db import connections, models
 
@@ -13,6 +13,26 @@ ERROR_LENGTH = 10_000  # characters of a handler's error kept (MySQL TEXT holds 
 
 # (partition_key, message_offset)
 MessageRef = tuple[str, int]
+
+
+def _refs_sql(q: Callable[[str], str], refs: Sequence[MessageRef]) -> tuple[str, list[object]]:
+    """``(partition_key = ? AND message_offset IN (...)) OR ...``, one term per partition.
+
+    A row-value list ``(partition_key, message_offset) IN ((..), ..)`` would be shorter, but
+    MariaDB turns a long one into a full scan, which also makes two workers deadlock on each
+    other's rows; per-partition terms stay primary-key lookups.
+    """
+    by_key: dict[str, list[int]] = {}
+    for key, offset in refs:
+        by_key.setdefault(key, []).append(offset)
+    terms, params = [], []
+    for key, offsets in by_key.items():
+        terms.append(
+            f"({q('partition_key')} = %s AND {q('message_offset')} IN "
+            f"({vendor.placeholders(len(offsets))}))"
+        )
+        params += [key, *offsets]
+    return "(" + " OR ".join(terms) + ")", params
 
 
 class DeliveryStateManager(models.Manager["DeliveryState"]):
@@ -64,13 +84,12 @@ class DeliveryStateManager(models.Manager["DeliveryState"]):
         connection = connections[using]
         q = sqlb.quoter(connection)
         set_error = f", {q('last_error')} = %s" if error else ""
+        where, params = _refs_sql(q, refs)
         return sqlb.execute(
             connection,
             f"UPDATE {q('queue_delivery_state')} SET {q('acked')} = {vendor.true_sql(connection)}"
-            f"{set_error} WHERE {q('consumer_group')} = %s AND {q('topic')} = %s AND "
-            f"({q('partition_key')}, {q('message_offset')}) IN ({vendor.row_values(len(refs), 2)})",
-            ([error[:ERROR_LENGTH]] if error else []) + [group, topic]
-            + [v for ref in refs for v in ref],
+            f"{set_error} WHERE {q('consumer_group')} = %s AND {q('topic')} = %s AND {where}",
+            ([error[:ERROR_LENGTH]] if error else []) + [group, topic, *params],
         )
 
     def nack(self, group: str, topic: str, ref: MessageRef, invisible_until: int, error: str,
@@ -109,13 +128,13 @@ class DeliveryStateManager(models.Manager["DeliveryState"]):
                 f"AND l.{q('leased_by')} = %s AND l.{q('generation')} = %s)"
             )
             fence_params = list(fence)
+        where, params = _refs_sql(q, refs)
         return sqlb.execute(
             connection,
             f"UPDATE {table} SET {q('invisible_until')} = %s "
-            f"WHERE {q('consumer_group')} = %s AND {q('topic')} = %s AND "
-            f"({q('partition_key')}, {q('message_offset')}) IN ({vendor.row_values(len(refs), 2)}) "
+            f"WHERE {q('consumer_group')} = %s AND {q('topic')} = %s AND {where} "
             f"AND {q('acked')} = {vendor.false_sql(connection)}{fence_sql}",
-            [invisible_until, group, topic, *[v for ref in refs for v in ref], *fence_params],
+            [invisible_until, group, topic, *params, *fence_params],
         )
 
     def delete_acked(self, group: str, topic: str, refs: Sequence[MessageRef], using: str) -> int:
@@ -124,13 +143,12 @@ class DeliveryStateManager(models.Manager["DeliveryState"]):
             return 0
         connection = connections[using]
         q = sqlb.quoter(connection)
+        where, params = _refs_sql(q, refs)
         return sqlb.execute(
             connection,
             f"DELETE FROM {q('queue_delivery_state')} WHERE {q('consumer_group')} = %s "
-            f"AND {q('topic')} = %s AND "
-            f"({q('partition_key')}, {q('message_offset')}) IN ({vendor.row_values(len(refs), 2)}) "
-            f"AND {q('acked')} = {vendor.true_sql(connection)}",
-            [group, topic, *[v for ref in refs for v in ref]],
+            f"AND {q('topic')} = %s AND {where} AND {q('acked')} = {vendor.true_sql(connection)}",
+            [group, topic, *params],
         )
 
 

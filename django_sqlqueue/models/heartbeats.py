@@ -40,6 +40,16 @@ class SubscriberHeartbeatManager(models.Manager["SubscriberHeartbeat"]):
             .count()
         )
 
+    def active_counts(self, topics: Sequence[str], alive_after_ms: int,
+                      using: str) -> dict[tuple[str, str], int]:
+        """Live workers per (consumer group, topic), in one query."""
+        rows = (
+            self.using(using)
+            .filter(topic__in=list(topics), deregistered_at=0, heartbeat_at__gt=alive_after_ms)
+            .values_list("consumer_group", "topic").annotate(n=models.Count("subscriber_name"))
+        )
+        return {(group, topic): int(n) for group, topic, n in rows}
+
     def deregister(self, name: str, now_ms: int, using: str) -> int:
         return (
             self.using(using)

@@ -52,6 +52,8 @@ class CycleResult:
     watermarks: dict[tuple[str, str, str], int] = field(default_factory=dict)
     settled: dict[tuple[str, str, str], bool] = field(default_factory=dict)
     walked: set[tuple[str, str, str]] = field(default_factory=set)
+    # Partitions that may hold more deliverable messages than this cycle took.
+    more: set[tuple[str, str, str]] = field(default_factory=set)
     extended: dict[tuple[tuple[str, str, str], int], int] = field(default_factory=dict)
     full: bool = False  # some partition returned a whole batch: poll again at once
 
@@ -173,16 +175,20 @@ class PollCycle:
 
     def _fetch(self, looked: list[Partition], capacity: int, now_ms: int,
                result: CycleResult) -> None:
-        for (group, topic), partitions in _by_subscription(looked).items():
+        """Fetch and mark delivered, sharing the worker's free capacity fairly: every
+        partition gets at least one slot, so many small partitions drain together."""
+        wanting = [p for p in looked if p.capacity() > 0]
+        if not wanting:
+            return
+        if capacity <= 0:
+            result.more.update(p.ident for p in wanting)
+            return
+        fair = max(1, capacity // len(wanting))
+        for (group, topic), partitions in _by_subscription(wanting).items():
             subscription = partitions[0].subscription
-            windows: dict[str, tuple[int, int]] = {}
-            for partition in partitions:
-                limit = min(partition.capacity(), capacity)
-                if limit > 0:
-                    windows[partition.key] = (result.watermarks[partition.ident], limit)
-                    capacity -= limit
-            if not windows:
-                continue
+            windows = {
+                p.key: (result.watermarks[p.ident], min(p.capacity(), fair)) for p in partitions
+            }
             rows = QueueMessage.objects.fetch_deliverable(
                 group, topic, windows, subscription.strict, now_ms, self.using
             )
@@ -193,6 +199,9 @@ class PollCycle:
             for row in rows:
                 partition = by_key[row[2]]
                 counts[partition.key] += 1
+                if capacity <= 0:
+                    result.more.add(partition.ident)  # not marked: fetched again next cycle
+                    continue
                 message = _message(subscription, row)
                 if message.attempt > subscription.max_attempts:
                     error = row[8] or (
@@ -203,13 +212,16 @@ class PollCycle:
                     self._dead_letter(subscription, message, error)
                     result.dead_on_fetch.append(DeadOnFetch(partition, message, error))
                     continue
+                capacity -= 1
                 fresh.append((partition.key, message.offset))
                 result.deliveries.append(
                     Delivery(partition, partition.generation, message, invisible_until)
                 )
             DeliveryState.objects.mark_delivered(group, topic, fresh, invisible_until, self.using)
-            if any(counts[key] >= windows[key][1] for key in windows):
-                result.full = True
+            for partition in partitions:
+                if counts[partition.key] >= windows[partition.key][1]:
+                    result.more.add(partition.ident)
+                    result.full = True
 
 
 def _walk_bound(partition: Partition) -> int | None:

@@ -80,6 +80,17 @@ class Leasing:
         if acquire:
             self.acquire(now_ms)
 
+    def membership_changed(self, now_ms: int) -> bool:
+        """Whether workers joined or left any group since the last rebalance (one query)."""
+        counts = SubscriberHeartbeat.objects.active_counts(
+            sorted({s.topic for s in self.subscriptions}), now_ms - self.lease_ms, self.using
+        )
+        return any(
+            counts.get((s.group, s.topic), 0)
+            != self.last_counts.get((s.group, s.topic), (0, 0))[1]
+            for s in self.subscriptions
+        )
+
     def below_share(self) -> bool:
         return any(
             share is None or self._held(s) < share

@@ -25,7 +25,7 @@ from ..consuming.message import Message
 from ..consuming.registry import Subscription
 from ..exceptions import LeaseLost
 from ..models import DeliveryState, LogSequencer, QueueMessage
-from ..sequencing import sequence_pending
+from ..sequencing import SEQUENCE_BATCH, sequence_pending
 from .clock import DatabaseClock
 from .collector import collect_garbage
 from .cycle import CycleResult, PollCycle
@@ -38,6 +38,7 @@ logger = logging.getLogger("django_sqlqueue.worker")
 
 SWEEP_INTERVAL = 1.0  # seconds between looks at partitions with unsettled messages
 ACQUIRE_INTERVAL = 1.0  # seconds between lease attempts while below the fair share
+SEQUENCE_ROUNDS = 5  # sequencing transactions at most per poll
 
 
 def default_worker_name() -> str:
@@ -81,6 +82,7 @@ class Worker:
         self._seen_head: int | None = None
         self._next_maintain = 0.0
         self._next_acquire = 0.0
+        self._new_partitions = False
         self._next_sweep = 0.0
         self._next_gc = time.monotonic() + conf.gc_interval
         self._signals_received = 0
@@ -160,20 +162,23 @@ class Worker:
         head, pending, db_now = LogSequencer.objects.head(self.using)
         self.clock.sync(db_now)
         if pending:
-            sequence_pending(self.using, self.name)
+            for _ in range(SEQUENCE_ROUNDS):  # a backlog is sequenced a few batches per poll
+                if sequence_pending(self.using, self.name) < SEQUENCE_BATCH:
+                    break
             head, pending, db_now = LogSequencer.objects.head(self.using)
             self.clock.sync(db_now)
         now = time.monotonic()
         now_ms = self.clock.now_ms()
         if now >= self._next_maintain:
-            self.leasing.maintain(now_ms, acquire=not self.stopping.is_set())
-            self._next_maintain = now + self.conf.renew_interval
+            self._maintain(now, now_ms)
+        elif now >= self._next_acquire and not self.stopping.is_set():
+            # Between renewals, once per ACQUIRE_INTERVAL: rebalance early when partitions
+            # appeared or workers joined or left (one query), else take what was freed.
             self._next_acquire = now + ACQUIRE_INTERVAL
-        elif (now >= self._next_acquire and not self.stopping.is_set()
-              and self.leasing.below_share()):
-            for partition in self.leasing.acquire(now_ms):
-                partition.needs_look = True
-            self._next_acquire = now + ACQUIRE_INTERVAL
+            if self._new_partitions or self.leasing.membership_changed(now_ms):
+                self._maintain(now, now_ms)
+            elif self.leasing.below_share():
+                self.leasing.acquire(now_ms)
         self._drain_outcomes()
         self._note_new_messages(head, now_ms)
         sweep = self.burst or now >= self._next_sweep
@@ -200,6 +205,12 @@ class Worker:
         return 0.0 if full else poll
 
     # ------------------------------------------------------------------ steps of a tick
+
+    def _maintain(self, now: float, now_ms: int) -> None:
+        self.leasing.maintain(now_ms, acquire=not self.stopping.is_set())
+        self._next_maintain = now + self.conf.renew_interval
+        self._next_acquire = now + ACQUIRE_INTERVAL
+        self._new_partitions = False
 
     def _drain_outcomes(self) -> None:
         while True:
@@ -235,7 +246,7 @@ class Worker:
                     partition.add_timer(future_due)
         for topic, keys in unknown.items():
             self.leasing.discover(topic, keys)
-            self._next_acquire = 0.0  # try to take new partitions on the next tick
+            self._new_partitions = True  # recompute fair shares and take them soon
 
     def _partitions_to_look(self, now_ms: int, sweep: bool) -> list[Partition]:
         looked = []
@@ -268,7 +279,7 @@ class Worker:
         done = {id(o) for o in result.applied} | {id(o) for o in result.dropped}
         self._pending = [o for o in self._pending if id(o) not in done]
         for partition in looked:
-            partition.needs_look = False
+            partition.needs_look = partition.ident in result.more
             if partition.ident in result.watermarks:
                 partition.watermark = result.watermarks[partition.ident]
             if partition.ident in result.walked:
