@@ -1,0 +1,1 @@
+"""The django-sqlqueue benchmark suite: ``python benchmarks/run.py`` (or ``make bench``)."""
