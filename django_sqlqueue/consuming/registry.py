@@ -5,9 +5,11 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
+from importlib import import_module
 from typing import TYPE_CHECKING, TypeVar
 
-from django.utils.module_loading import autodiscover_modules
+from django.apps import apps
+from django.utils.module_loading import module_has_submodule
 
 from ..conf import get_settings
 from ..exceptions import ConfigurationError
@@ -116,8 +118,20 @@ def _name_of(handler: Handler) -> str:
 
 
 def autodiscover() -> None:
-    """Import every installed app's ``queues`` module (like admin.autodiscover)."""
-    autodiscover_modules("queues")
+    """Import every installed app's ``queues`` module (like admin.autodiscover).
+
+    Raises ConfigurationError naming the module that failed to import.
+    """
+    for app_config in apps.get_app_configs():
+        if not module_has_submodule(app_config.module, "queues"):
+            continue
+        name = f"{app_config.name}.queues"
+        try:
+            import_module(name)
+        except Exception as exc:
+            raise ConfigurationError(
+                f"could not import {name}: {type(exc).__name__}: {exc}"
+            ) from exc
 
 
 def subscriptions() -> list[Subscription]:

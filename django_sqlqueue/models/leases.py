@@ -15,22 +15,37 @@ Owned = dict[tuple[str, str, str], int]
 class PartitionLeaseManager(models.Manager["PartitionLease"]):
     """SQL for ``queue_partition_leases``: create, acquire, renew, fence, release."""
 
-    def fence(self, worker: str, using: str) -> Owned:
-        """Share-lock every lease ``worker`` holds and return them with their generations.
+    def fence(self, worker: str, held: Sequence[tuple[str, str, str]], using: str) -> Owned:
+        """Share-lock the lease rows of ``held`` partitions and return those still leased to
+        ``worker``, with their generations.
 
         Run first in a transaction: until it commits nobody can take these partitions, so
-        every later statement in it writes only on behalf of partitions still owned.
+        every later statement in it writes only on behalf of partitions still owned. The
+        rows are found by primary key, the order in which lease takers lock them too, so
+        fencing and taking cannot deadlock.
         """
+        if not held:
+            return {}
         connection = connections[using]
         q = sqlb.quoter(connection)
-        rows = sqlb.fetch_all(
-            connection,
-            f"SELECT {q('consumer_group')}, {q('topic')}, {q('partition_key')}, {q('generation')} "
-            f"FROM {q('queue_partition_leases')} WHERE {q('leased_by')} = %s"
-            + vendor.for_share_sql(connection),
-            [worker],
-        )
-        return {(r[0], r[1], r[2]): int(r[3]) for r in rows}
+        by_subscription: dict[tuple[str, str], list[str]] = {}
+        for group, topic, key in held:
+            by_subscription.setdefault((group, topic), []).append(key)
+        owned: Owned = {}
+        for (group, topic), keys in by_subscription.items():
+            for batch in sqlb.chunks(keys, 1000):
+                rows = sqlb.fetch_all(
+                    connection,
+                    f"SELECT {q('partition_key')}, {q('leased_by')}, {q('generation')} "
+                    f"FROM {q('queue_partition_leases')} WHERE {q('consumer_group')} = %s "
+                    f"AND {q('topic')} = %s AND {q('partition_key')} IN "
+                    f"({vendor.placeholders(len(batch))})" + vendor.for_share_sql(connection),
+                    [group, topic, *batch],
+                )
+                owned.update(
+                    {(group, topic, r[0]): int(r[2]) for r in rows if r[1] == worker}
+                )
+        return owned
 
     def ensure_partitions(self, group: str, topic: str, keys: Sequence[str], using: str) -> None:
         """Create free lease rows for partitions that have none yet."""

@@ -70,7 +70,7 @@ class PollCycle:
     ) -> CycleResult:
         result = CycleResult()
         with transaction.atomic(using=self.using):
-            owned = PartitionLease.objects.fence(self.worker_name, self.using)
+            owned = PartitionLease.objects.fence(self.worker_name, list(partitions), self.using)
             result.lost = [p for p in partitions.values() if owned.get(p.ident) != p.generation]
             lost = {p.ident for p in result.lost}
             live = [o for o in outcomes if self._still_owned(o, partitions, lost)]

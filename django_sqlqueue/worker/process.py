@@ -104,7 +104,9 @@ class Worker:
         with self._signal_handlers():
             if not self._wait_for_unique_name():
                 return self.exit_code
-            self._step("discover", self.leasing.discover_all)
+            while self._seen_head is None and not self.stopping.is_set():
+                if self._step("discover", self._discover) is None:
+                    self.wake.wait(self.faults_delay)
             while not self.stopping.is_set():
                 started = time.monotonic()
                 delay = self._step("poll", self._tick)
@@ -119,6 +121,14 @@ class Worker:
             self._shutdown()
         logger.info("worker stopped name=%s", self.name)
         return self.exit_code
+
+    def _discover(self) -> None:
+        """Note the log head, then create lease rows for the partitions below it; anything
+        committed after that head is found by the polls (in that order, nothing is missed)."""
+        head, _, db_now = LogSequencer.objects.head(self.using)
+        self.clock.sync(db_now)
+        self.leasing.discover_all()
+        self._seen_head = head
 
     def _wait_for_unique_name(self) -> bool:
         """Two live workers under one name would share leases: wait for a previous worker of
@@ -222,14 +232,10 @@ class Worker:
             outcome.partition.needs_look = True
 
     def _note_new_messages(self, head: int, now_ms: int) -> None:
-        if self._seen_head is None:
-            self._seen_head = head
-            return
-        if head <= self._seen_head:
-            return
+        if self._seen_head is None or head <= self._seen_head:
+            return  # (None: stopped before start-up discovery finished)
         rows = QueueMessage.objects.new_since(self._seen_head, head, self.topics, now_ms,
                                               self.using)
-        self._seen_head = head
         unknown: dict[str, list[str]] = {}
         index: dict[tuple[str, str], list[Partition]] = {}
         for partition in self.partitions.values():
@@ -247,6 +253,8 @@ class Worker:
         for topic, keys in unknown.items():
             self.leasing.discover(topic, keys)
             self._new_partitions = True  # recompute fair shares and take them soon
+        # Only now: had discovery failed, the next poll must read these positions again.
+        self._seen_head = head
 
     def _partitions_to_look(self, now_ms: int, sweep: bool) -> list[Partition]:
         looked = []
@@ -360,7 +368,7 @@ class Worker:
         return (
             delivered == 0 and not pending and not self._pending
             and self.dispatcher.busy == 0
-            and not any(p.in_flight for p in self.partitions.values())
+            and not any(p.in_flight or p.needs_look for p in self.partitions.values())
             and self.leasing.nothing_claimable
         )
 

@@ -44,3 +44,18 @@ def slow(message: sqlqueue.Message) -> None:
 def strictly_ordered(message: sqlqueue.Message) -> None:
     record(message)
     time.sleep(0.002)
+
+
+@sqlqueue.subscriber("doomed", group="billing", max_attempts=2, backoff=FAST_RETRY)
+@sqlqueue.subscriber("doomed", group="shipping", max_attempts=2, backoff=FAST_RETRY)
+def always_doomed(message: sqlqueue.Message) -> None:
+    record(message)
+    raise RuntimeError(f"doomed for {message.group}")
+
+
+@sqlqueue.subscriber("retried", group="billing", backoff=FAST_RETRY)
+def retried_once(message: sqlqueue.Message) -> None:
+    """Asks for a retry after payload["retry_in"] seconds on the first attempt only."""
+    record(message)
+    if message.attempt == 1:
+        raise sqlqueue.Retry(delay=float(message.payload["retry_in"]), reason="not yet")

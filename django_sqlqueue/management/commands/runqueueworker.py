@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import logging
+import sys
 from argparse import ArgumentParser, ArgumentTypeError
-from typing import Any
+from typing import Any, NoReturn
 
-from django.core.management.base import BaseCommand, CommandError
+from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db import connections
 
 from django_sqlqueue.consuming.registry import autodiscover, subscriptions
+from django_sqlqueue.exceptions import ConfigurationError
 from django_sqlqueue.worker.process import Worker
 
 
@@ -25,6 +27,19 @@ def positive_int(text: str) -> int:
 
 class Command(BaseCommand):
     help = "Run a queue worker for the @subscriber handlers in your apps' queues.py modules."
+
+    def create_parser(self, prog_name: str, subcommand: str, **kwargs: Any) -> CommandParser:
+        """Bad arguments end the command with one readable line, not a usage screen."""
+        parser = super().create_parser(prog_name, subcommand, **kwargs)
+
+        def error(message: str) -> NoReturn:
+            if not parser.called_from_command_line:
+                raise CommandError(f"Error: {message}")
+            sys.stderr.write(f"runqueueworker: error: {message} (see --help)\n")
+            sys.exit(2)
+
+        parser.error = error  # type: ignore[method-assign]
+        return parser
 
     def add_arguments(self, parser: ArgumentParser) -> None:
         parser.add_argument("--group", action="append", default=[], metavar="GROUP",
@@ -47,10 +62,8 @@ class Command(BaseCommand):
             raise CommandError("--name must not be empty")
         try:
             autodiscover()
-        except Exception as exc:  # noqa: BLE001 - any import error is the user's to fix
-            raise CommandError(
-                f"could not import a queues.py module: {type(exc).__name__}: {exc}"
-            ) from exc
+        except ConfigurationError as exc:
+            raise CommandError(str(exc)) from exc
         selected = subscriptions()
         if not selected:
             raise CommandError(

@@ -1,0 +1,137 @@
+"""Workers under trouble: database faults, and handlers that ask for a retry."""
+
+from __future__ import annotations
+
+import sqlite3
+import threading
+import time
+
+import pytest
+from django.db import connection, transaction
+
+import django_sqlqueue as sqlqueue
+from django_sqlqueue.models import PartitionLease, QueueMessage
+from tests.helpers import start_thread
+from tests.testapp.models import Handled
+from tests.worker_harness import (
+    end_sessions,
+    other_sessions,
+    partition_heads,
+    position_of,
+    sessions_waiting_in,
+    wait_until,
+    watermark,
+    worker_pool,
+)
+
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.worker]
+
+
+@pytest.fixture
+def workers(transactional_db, tmp_path):
+    with worker_pool(tmp_path) as pool:
+        yield pool
+
+
+def handled_offsets(topic: str = "orders") -> set[int]:
+    return set(Handled.objects.filter(group="billing", topic=topic)
+               .values_list("offset", flat=True))
+
+
+def hold_sqlite_write_lock(seconds: float) -> None:
+    """Keep the database's write lock, as a long writing transaction would."""
+    locker = sqlite3.connect(connection.settings_dict["NAME"], isolation_level=None, timeout=20)
+    try:
+        locker.execute("BEGIN IMMEDIATE")
+        time.sleep(seconds)
+        locker.execute("COMMIT")
+    finally:
+        locker.close()
+
+
+def test_a_worker_rides_out_a_database_fault_and_loses_nothing(workers):
+    batch = [{"payload": {"n": n}, "key": f"k{n % 5}"} for n in range(100)]
+    first = sqlqueue.publish_many("orders", batch)
+    # A delivery whose COMMIT was cut off may have committed anyway: it comes back after the
+    # visibility timeout, kept short here.
+    worker = workers.start("faulty", "--group", "billing", "--topic", "orders",
+                           settings={"VISIBILITY_TIMEOUT": 2.0})
+    wait_until(handled_offsets, what="the worker consuming", watch=[worker])
+
+    if connection.vendor == "sqlite":
+        hold_sqlite_write_lock(1.0)
+    else:
+        assert end_sessions(other_sessions()) >= 1
+    second = sqlqueue.publish_many("orders", batch)
+
+    offsets = {m.offset for m in first + second}
+    wait_until(lambda: handled_offsets() >= offsets, timeout=30,
+               what="all 200 messages handled", watch=[worker])
+    heads = partition_heads("orders")
+    wait_until(lambda: all(watermark("billing", "orders", k) == h for k, h in heads.items()),
+               what="watermarks at the partition heads", watch=[worker])
+    assert worker.alive
+    assert not QueueMessage.objects.filter(topic="orders_dlq").exists()
+    if connection.vendor != "sqlite":
+        # The worker noticed, said so in one line, and carried on.
+        wait_until(lambda: "transient database error" in worker.stderr,
+                   what="a log line about the fault", watch=[worker])
+        assert "database recovered" in worker.stderr
+
+
+@pytest.mark.skipif(connection.vendor == "sqlite",
+                    reason="needs a second session to block and kill the worker's connection")
+def test_a_fault_while_discovering_a_new_partition_loses_no_message(workers):
+    sqlqueue.publish("orders", {"n": 0}, key="a")
+    worker = workers.start("discoverer", "--group", "billing", "--topic", "orders")
+    wait_until(lambda: watermark("billing", "orders", "a") > 0, what="the worker consuming",
+               watch=[worker])
+
+    # Another session holds the lease row the worker is about to create for key "new", so
+    # the worker's discovery INSERT waits on it; then that connection of the worker dies.
+    holding, release = threading.Event(), threading.Event()
+
+    def hold_lease_row() -> None:
+        with transaction.atomic():
+            PartitionLease.objects.create(consumer_group="billing", topic="orders",
+                                          partition_key="new")
+            holding.set()
+            release.wait(15)
+            transaction.set_rollback(True)
+
+    holder = start_thread(hold_lease_row, name="lease-row-holder")
+    try:
+        assert holding.wait(10)
+        new = sqlqueue.publish("orders", {"n": 1}, key="new")
+        blocked = wait_until(lambda: sessions_waiting_in("queue_partition_leases"),
+                             what="the worker's discovery INSERT waiting", watch=[worker])
+        assert end_sessions(blocked) == 1
+        wait_until(lambda: "transient database error" in worker.stderr,
+                   what="the worker noticing the fault", watch=[worker])
+    finally:
+        release.set()
+    holder.outcome()
+
+    wait_until(lambda: new.offset in handled_offsets(), timeout=4,
+               what="the message in the new partition handled", watch=[worker])
+
+
+def test_retry_with_a_delay_redelivers_after_that_delay(workers):
+    worker = workers.start("retrying", "--topic", "retried")
+    # Longer than the handler's backoff (FAST_RETRY, at most 0.2 s): the Retry's delay rules.
+    message = sqlqueue.publish("retried", {"retry_in": 0.4}, key="r")
+
+    first, second = wait_until(
+        lambda: list(Handled.objects.filter(offset=message.offset).order_by("attempt"))[:2]
+        if Handled.objects.filter(offset=message.offset).count() >= 2 else None,
+        what="two attempts", watch=[worker],
+    )
+    wait_until(lambda: watermark("billing", "retried", "r") >= position_of(message.offset),
+               what="the retried message acked", watch=[worker])
+
+    assert (first.attempt, second.attempt) == (1, 2)
+    waited = second.handled_at - first.handled_at
+    assert waited >= 0.4 - 0.02
+    # Redelivered when the delay ran out, not after the visibility timeout (5 s).
+    assert waited < 0.4 + 2.0
+    assert Handled.objects.filter(offset=message.offset).count() == 2
