@@ -59,3 +59,18 @@ def retried_once(message: sqlqueue.Message) -> None:
     record(message)
     if message.attempt == 1:
         raise sqlqueue.Retry(delay=float(message.payload["retry_in"]), reason="not yet")
+
+
+@sqlqueue.subscriber("unextended", group="billing", visibility_timeout=1, auto_extend=False,
+                     backoff=FAST_RETRY)
+def slow_without_extension(message: sqlqueue.Message) -> None:
+    record(message)
+    time.sleep(float(message.payload.get("sleep", 0)))
+
+
+@sqlqueue.subscriber("extender", group="billing", visibility_timeout=1, auto_extend=False,
+                     backoff=FAST_RETRY)
+def extends_its_own_visibility(message: sqlqueue.Message) -> None:
+    record(message)
+    message.extend_visibility(float(message.payload["extend"]))
+    time.sleep(float(message.payload.get("sleep", 0)))
