@@ -9,28 +9,23 @@ from __future__ import annotations
 
 import logging
 import os
-import signal
 import socket
 import threading
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
-from types import FrameType
+from collections.abc import Callable
 
-from django.db import connections
-
-from .. import signals
 from ..conf import get_settings
-from ..consuming.message import Message
 from ..consuming.registry import Subscription
-from ..exceptions import LeaseLost
-from ..models import DeliveryState, LogSequencer, QueueMessage
+from ..models import LogSequencer, QueueMessage
 from ..sequencing import SEQUENCE_BATCH, sequence_pending
+from . import announce
 from .clock import DatabaseClock
 from .collector import collect_garbage
 from .cycle import CycleResult, PollCycle
 from .dispatcher import Dispatcher
+from .extension import extender
 from .faults import FaultBackoff
+from .interrupts import stop_on_signals
 from .leasing import Ident, Leasing
 from .partitions import InFlight, Outcome, Partition
 
@@ -85,7 +80,7 @@ class Worker:
         self._new_partitions = False
         self._next_sweep = 0.0
         self._next_gc = time.monotonic() + conf.gc_interval
-        self._signals_received = 0
+        self._name_deadline: float | None = None
         self.exit_code = 0
         self.exit_reason = ""
 
@@ -101,12 +96,12 @@ class Worker:
             "worker started name=%s subscriptions=%s",
             self.name, ",".join(f"{s.topic}:{s.group}" for s in self.subscriptions),
         )
-        with self._signal_handlers():
-            if not self._wait_for_unique_name():
-                return self.exit_code
+        with stop_on_signals(self.stop):
             while self._seen_head is None and not self.stopping.is_set():
-                if self._step("discover", self._discover) is None:
-                    self.wake.wait(self.faults_delay)
+                delay = self._step("start", self._start)
+                self.wake.wait(self.faults_delay if delay is None else delay)
+            if self._seen_head is None:
+                return self.exit_code  # stopped (or refused) before it started: nothing to undo
             while not self.stopping.is_set():
                 started = time.monotonic()
                 delay = self._step("poll", self._tick)
@@ -122,35 +117,35 @@ class Worker:
         logger.info("worker stopped name=%s", self.name)
         return self.exit_code
 
-    def _discover(self) -> None:
-        """Note the log head, then create lease rows for the partitions below it; anything
-        committed after that head is found by the polls (in that order, nothing is missed)."""
+    def _start(self) -> float:
+        """Check the name is free, note the log head, create lease rows for the partitions
+        below it. Returns 0 once started, else seconds until the next try. Anything committed
+        after the noted head is found by the polls, so nothing published meanwhile is missed.
+        """
         head, _, db_now = LogSequencer.objects.head(self.using)
         self.clock.sync(db_now)
+        if self.leasing.name_in_use(db_now):
+            return self._name_taken()
         self.leasing.discover_all()
         self._seen_head = head
+        return 0.0
 
-    def _wait_for_unique_name(self) -> bool:
+    def _name_taken(self) -> float:
         """Two live workers under one name would share leases: wait for a previous worker of
         this name (restarted after a crash) to go stale, or refuse to start."""
-        deadline = time.monotonic() + self.conf.lease_duration + self.conf.renew_interval
-        warned = False
-        while not self.stopping.is_set():
-            _, _, db_now = LogSequencer.objects.head(self.using)
-            if not self.leasing.name_in_use(db_now):
-                return True
-            if time.monotonic() >= deadline:
-                self.exit_reason = (f"another worker named {self.name!r} is running; give each "
-                                    "worker a unique --name")
-                logger.error("%s", self.exit_reason)
-                self.exit_code = 2
-                return False
-            if not warned:
-                logger.warning("a worker named %s was alive moments ago; waiting up to %.0fs "
-                               "for its lease to expire", self.name, deadline - time.monotonic())
-                warned = True
-            self.wake.wait(0.5)
-        return False
+        now = time.monotonic()
+        if self._name_deadline is None:
+            self._name_deadline = now + self.conf.lease_duration + self.conf.renew_interval
+            logger.warning("a worker named %s was alive moments ago; waiting up to %.0fs for its "
+                           "lease to expire", self.name, self._name_deadline - now)
+        if now < self._name_deadline:
+            return 0.5
+        self.exit_reason = (f"another worker named {self.name!r} is running; give each worker a "
+                            "unique --name")
+        logger.error("%s", self.exit_reason)
+        self.exit_code = 2
+        self.stop()
+        return 0.0
 
     def stop(self) -> None:
         self.stopping.set()
@@ -300,7 +295,7 @@ class Worker:
             if holder is not None and offset in holder.in_flight:
                 holder.in_flight[offset].invisible_until = until
         for outcome in result.applied:
-            self._signal_outcome(outcome)
+            announce.outcome(outcome)
             if outcome.kind == "nack":
                 outcome.partition.add_timer(self.clock.now_ms() + int(outcome.delay * 1000))
             else:
@@ -309,60 +304,17 @@ class Worker:
         for dead in result.dead_on_fetch:
             dead.partition.needs_look = True
             dead.partition.dirty = True
-            signals.message_dead_lettered.send(
-                sender=Message, message=dead.message, subscription=dead.partition.subscription,
-                error=dead.error,
-            )
+            announce.dead_lettered(dead.message, dead.partition.subscription, dead.error)
         for delivery in result.deliveries:
             partition = delivery.partition
             partition.max_position = max(partition.max_position or 0, delivery.message.position)
             partition.in_flight[delivery.message.offset] = InFlight(
                 delivery.message.offset, delivery.message.position, delivery.invisible_until
             )
-            delivery.message._extend = self._extender(partition, delivery.generation,
-                                                      delivery.message)
-            signals.message_delivered.send(
-                sender=Message, message=delivery.message, subscription=partition.subscription
-            )
+            delivery.message._extend = extender(partition, delivery.generation, delivery.message,
+                                                self.name, self.clock, self.using)
+            announce.delivered(delivery.message, partition.subscription)
             self.dispatcher.submit(partition, delivery.generation, delivery.message)
-
-    def _signal_outcome(self, outcome: Outcome) -> None:
-        subscription = outcome.partition.subscription
-        if outcome.kind == "ack":
-            signals.message_acked.send(sender=Message, message=outcome.message,
-                                       subscription=subscription)
-        elif outcome.kind == "nack":
-            signals.message_nacked.send(sender=Message, message=outcome.message,
-                                        subscription=subscription, delay=outcome.delay,
-                                        error=outcome.error)
-        else:
-            signals.message_dead_lettered.send(sender=Message, message=outcome.message,
-                                               subscription=subscription, error=outcome.error)
-
-    def _extender(
-        self, partition: Partition, generation: int, message: Message
-    ) -> Callable[[float], None]:
-        """Message.extend_visibility for this delivery: a fenced UPDATE on the handler's
-        own connection."""
-
-        def extend(seconds: float) -> None:
-            with connections[self.using].cursor() as cursor:
-                cursor.execute("SELECT 1")  # ensure the handler thread's connection is usable
-            until = self.clock.now_ms() + int(seconds * 1000)
-            updated = DeliveryState.objects.extend(
-                partition.group, partition.topic, [(partition.key, message.offset)], until,
-                self.using, fence=(self.name, generation),
-            )
-            if not updated:
-                raise LeaseLost(
-                    f"cannot extend offset {message.offset}: partition {partition.key!r} of "
-                    f"{partition.topic!r} is no longer leased to {self.name}"
-                )
-            flight = partition.in_flight.get(message.offset)
-            if flight is not None:
-                flight.invisible_until = max(flight.invisible_until, until)
-
-        return extend
 
     def _burst_done(self, delivered: int, pending: bool) -> bool:
         return (
@@ -398,24 +350,3 @@ class Worker:
     def _release_everything(self) -> None:
         self.leasing.release_all()
         self.leasing.deregister(self.clock.now_ms())
-
-    @contextmanager
-    def _signal_handlers(self) -> Iterator[None]:
-        if threading.current_thread() is not threading.main_thread():
-            yield
-            return
-
-        def handle(signum: int, frame: FrameType | None) -> None:
-            self._signals_received += 1
-            if self._signals_received > 1:
-                logger.warning("second signal: exiting now; in-flight messages will be redelivered")
-                os._exit(1)
-            logger.info("signal %s: finishing in-flight messages, then stopping", signum)
-            self.stop()
-
-        previous = {sig: signal.signal(sig, handle) for sig in (signal.SIGTERM, signal.SIGINT)}
-        try:
-            yield
-        finally:
-            for sig, handler in previous.items():
-                signal.signal(sig, handler)

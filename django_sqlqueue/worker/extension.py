@@ -1,0 +1,35 @@
+"""``Message.extend_visibility``: a handler pushing back its own message's timeout."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from ..consuming.message import Message
+from ..exceptions import LeaseLost
+from ..models import DeliveryState
+from .clock import DatabaseClock
+from .partitions import Partition
+
+
+def extender(partition: Partition, generation: int, message: Message, worker_name: str,
+             clock: DatabaseClock, using: str) -> Callable[[float], None]:
+    """The extension function for one delivery: a single UPDATE on the handler thread's
+    own connection that checks the lease generation itself (the handler runs outside the
+    worker's fenced poll transaction)."""
+
+    def extend(seconds: float) -> None:
+        until = clock.now_ms() + int(seconds * 1000)
+        updated = DeliveryState.objects.extend(
+            partition.group, partition.topic, [(partition.key, message.offset)], until,
+            using, fence=(worker_name, generation),
+        )
+        if not updated:
+            raise LeaseLost(
+                f"cannot extend offset {message.offset}: partition {partition.key!r} of "
+                f"{partition.topic!r} is no longer leased to {worker_name}"
+            )
+        flight = partition.in_flight.get(message.offset)
+        if flight is not None:
+            flight.invisible_until = max(flight.invisible_until, until)
+
+    return extend
