@@ -16,11 +16,13 @@ MessageRef = tuple[str, int]
 
 
 def _refs_sql(q: Callable[[str], str], refs: Sequence[MessageRef]) -> tuple[str, list[object]]:
-    """``(partition_key = ? AND message_offset IN (...)) OR ...``, one term per partition.
+    """``partition_key IN (...) AND ((partition_key = ? AND message_offset IN (...)) OR ...)``.
 
     A row-value list ``(partition_key, message_offset) IN ((..), ..)`` would be shorter, but
-    MariaDB turns a long one into a full scan, which also makes two workers deadlock on each
-    other's rows; per-partition terms stay primary-key lookups.
+    MariaDB turns a long one into a scan of the whole group, and a long OR of per-partition
+    terms can end the same way. Either scan locks rows of partitions another worker owns, so
+    two workers deadlock. The leading ``partition_key IN`` keeps every plan inside this
+    worker's own partitions.
     """
     by_key: dict[str, list[int]] = {}
     for key, offset in refs:
@@ -32,7 +34,12 @@ def _refs_sql(q: Callable[[str], str], refs: Sequence[MessageRef]) -> tuple[str,
             f"({vendor.placeholders(len(offsets))}))"
         )
         params += [key, *offsets]
-    return "(" + " OR ".join(terms) + ")", params
+    keys = list(by_key)
+    return (
+        f"{q('partition_key')} IN ({vendor.placeholders(len(keys))}) AND ("
+        + " OR ".join(terms) + ")",
+        [*keys, *params],
+    )
 
 
 class DeliveryStateManager(models.Manager["DeliveryState"]):

@@ -52,6 +52,8 @@ class CycleResult:
     watermarks: dict[tuple[str, str, str], int] = field(default_factory=dict)
     settled: dict[tuple[str, str, str], bool] = field(default_factory=dict)
     walked: set[tuple[str, str, str]] = field(default_factory=set)
+    # Acked delivery rows the watermark passed, deleted after the cycle (see cleanup()).
+    passed: dict[tuple[str, str], list[MessageRef]] = field(default_factory=dict)
     # Partitions that may hold more deliverable messages than this cycle took.
     more: set[tuple[str, str, str]] = field(default_factory=set)
     extended: dict[tuple[tuple[str, str, str], int], int] = field(default_factory=dict)
@@ -171,7 +173,8 @@ class PollCycle:
                 )
                 result.walked.add(partition.ident)
             ConsumerOffset.objects.advance(group, topic, advanced, now_ms, self.using)
-            DeliveryState.objects.delete_acked(group, topic, passed, self.using)
+            if passed:
+                result.passed[(group, topic)] = passed
 
     def _fetch(self, looked: list[Partition], capacity: int, now_ms: int,
                result: CycleResult) -> None:
@@ -222,6 +225,19 @@ class PollCycle:
                 if counts[partition.key] >= windows[partition.key][1]:
                     result.more.add(partition.ident)
                     result.full = True
+
+
+def cleanup(passed: dict[tuple[str, str], list[MessageRef]], using: str) -> None:
+    """Delete acked delivery rows behind the watermark, outside the poll transaction.
+
+    The rows are never read again (every read is above the watermark), so this is only
+    housekeeping. Done inside the poll transaction, an InnoDB DELETE that waits on a row at
+    the edge of another worker's partition could deadlock with that worker's poll; alone,
+    it can at worst wait a moment, and a failed attempt is simply repeated later.
+    """
+    for (group, topic), refs in list(passed.items()):
+        DeliveryState.objects.delete_acked(group, topic, refs, using)
+        del passed[(group, topic)]
 
 
 def _walk_bound(partition: Partition) -> int | None:

@@ -17,11 +17,12 @@ from collections.abc import Callable
 from ..conf import get_settings
 from ..consuming.registry import Subscription
 from ..models import LogSequencer, QueueMessage
+from ..models.delivery import MessageRef
 from ..sequencing import SEQUENCE_BATCH, sequence_pending
 from . import announce
 from .clock import DatabaseClock
 from .collector import collect_garbage
-from .cycle import CycleResult, PollCycle
+from .cycle import CycleResult, PollCycle, cleanup
 from .dispatcher import Dispatcher
 from .extension import extender
 from .faults import FaultBackoff
@@ -32,7 +33,7 @@ from .partitions import InFlight, Outcome, Partition
 logger = logging.getLogger("django_sqlqueue.worker")
 
 SWEEP_INTERVAL = 1.0  # seconds between looks at partitions with unsettled messages
-ACQUIRE_INTERVAL = 1.0  # seconds between lease attempts while below the fair share
+ACQUIRE_INTERVAL = 0.5  # seconds between rebalance checks and lease attempts between renewals
 SEQUENCE_ROUNDS = 5  # sequencing transactions at most per poll
 
 
@@ -73,6 +74,7 @@ class Worker:
         for s in subscriptions:
             self.groups_by_topic.setdefault(s.topic, set()).add(s.group)
         self._pending: list[Outcome] = []
+        self._passed: dict[tuple[str, str], list[MessageRef]] = {}  # rows for cleanup()
         self._collected: dict[tuple[str, str], int] = {}  # GC horizon already collected
         self._seen_head: int | None = None
         self._next_maintain = 0.0
@@ -199,6 +201,8 @@ class Worker:
             self._apply(result, looked)
             full = result.full
             delivered = len(result.deliveries)
+        if self._passed:
+            cleanup(self._passed, self.using)
         pending_idents = {o.partition.ident for o in self._pending}
         self.leasing.release_drained(pending_idents)
         if self.conf.gc_interval and now >= self._next_gc:
@@ -279,6 +283,8 @@ class Worker:
     def _apply(self, result: CycleResult, looked: list[Partition]) -> None:
         """Fold a committed cycle into local state, then dispatch and signal."""
         self.leasing.drop(result.lost)
+        for subscription, refs in result.passed.items():
+            self._passed.setdefault(subscription, []).extend(refs)
         done = {id(o) for o in result.applied} | {id(o) for o in result.dropped}
         self._pending = [o for o in self._pending if id(o) not in done]
         for partition in looked:
