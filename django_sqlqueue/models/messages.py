@@ -26,6 +26,33 @@ StoredRow = tuple[Any, ...]
 _NO_BOUND = 2**62  # a position no log will reach
 
 
+def _insert_sql(connection: Any, rows: int, returning: bool) -> str:
+    """The publish INSERT for ``rows`` rows, built once per backend and row count."""
+    key = (connection.vendor, connection.alias, rows, returning)
+    sql = _INSERT_SQL_CACHE.get(key)
+    if sql is None:
+        q = lambda name: vendor.quote(connection, name)  # noqa: E731
+        now = vendor.now_ms_sql(connection)
+        json_param = vendor.json_param_sql(connection)
+        row_sql = (
+            f"(%s, %s, %s, {json_param}, {json_param}, 0, 0, '', '', 0, '', {now}, {now}, "
+            f"{now} + %s)"
+        )
+        sql = (
+            f"INSERT INTO {q('queue_messages')} ({', '.join(q(c) for c in _INSERT_COLUMNS)}) "
+            f"VALUES {', '.join([row_sql] * rows)}"
+            + vendor.insert_keep_existing_sql(connection, ("topic", "partition_key", "id"), "topic")
+        )
+        if returning:
+            sql += f" RETURNING {', '.join(q(c) for c in STORED_COLUMNS)}"
+        if len(_INSERT_SQL_CACHE) < 64:  # a few batch sizes per alias; never unbounded
+            _INSERT_SQL_CACHE[key] = sql
+    return sql
+
+
+_INSERT_SQL_CACHE: dict[tuple[str, str, int, bool], str] = {}
+
+
 class QueueMessageManager(models.Manager["QueueMessage"]):
     """SQL for ``queue_messages``: append, sequence, read by position, garbage-collect."""
 
@@ -38,23 +65,12 @@ class QueueMessageManager(models.Manager["QueueMessage"]):
         delayed message due early.
         """
         connection = connections[using]
-        q = lambda name: vendor.quote(connection, name)  # noqa: E731
-        now = vendor.now_ms_sql(connection)
-        json_param = vendor.json_param_sql(connection)
-        row_sql = (
-            f"(%s, %s, %s, {json_param}, {json_param}, 0, 0, '', '', 0, '', {now}, {now}, "
-            f"{now} + %s)"
-        )
-        sql = (
-            f"INSERT INTO {q('queue_messages')} ({', '.join(q(c) for c in _INSERT_COLUMNS)}) "
-            f"VALUES {', '.join([row_sql] * len(rows))}"
-            + vendor.insert_keep_existing_sql(connection, ("topic", "partition_key", "id"), "topic")
-        )
+        returning = vendor.supports_returning(connection)
+        sql = _insert_sql(connection, len(rows), returning)
         params: list[Any] = [value for row in rows for value in row]
-        returning = ", ".join(q(c) for c in STORED_COLUMNS)
         with connection.cursor() as cursor:
-            if vendor.supports_returning(connection):
-                cursor.execute(f"{sql} RETURNING {returning}", params)
+            if returning:
+                cursor.execute(sql, params)
                 stored = {(r[1], r[2], r[3]): r for r in cursor.fetchall()}
                 if len(stored) == len(rows):
                     return stored
