@@ -19,7 +19,7 @@ from ..consuming.registry import Subscription
 from ..models import LogSequencer, QueueMessage
 from ..models.delivery import MessageRef
 from ..sequencing import SEQUENCE_BATCH, sequence_pending
-from . import announce
+from . import announce, attention
 from .clock import DatabaseClock
 from .collector import collect_garbage
 from .cycle import CycleResult, PollCycle, cleanup
@@ -191,10 +191,10 @@ class Worker:
         sweep = self.burst or now >= self._next_sweep
         if sweep:
             self._next_sweep = now + SWEEP_INTERVAL
-        looked = self._partitions_to_look(now_ms, sweep)
+        looked = attention.to_look_at(self.partitions.values(), now_ms, sweep)
         full = False
         delivered = 0
-        if looked or self._pending or self._extension_due(now_ms):
+        if looked or self._pending or attention.extension_due(self.partitions.values(), now_ms):
             result = self.cycle.run(
                 self.partitions, looked, list(self._pending), self._free_capacity(), now_ms
             )
@@ -233,48 +233,13 @@ class Worker:
     def _note_new_messages(self, head: int, now_ms: int) -> None:
         if self._seen_head is None or head <= self._seen_head:
             return  # (None: stopped before start-up discovery finished)
-        rows = QueueMessage.objects.new_since(self._seen_head, head, self.topics, now_ms,
-                                              self.using)
-        unknown: dict[str, list[str]] = {}
-        index: dict[tuple[str, str], list[Partition]] = {}
-        for partition in self.partitions.values():
-            index.setdefault((partition.topic, partition.key), []).append(partition)
-        for topic, key, future_due in rows:
-            held = index.get((topic, key))
-            if not held:
-                unknown.setdefault(topic, []).append(key)
-                continue
-            for partition in held:
-                partition.needs_look = True
-                partition.settled = False
-                if future_due is not None:
-                    partition.add_timer(future_due)
-        for topic, keys in unknown.items():
+        new = QueueMessage.objects.new_since(self._seen_head, head, self.topics, now_ms,
+                                             self.using)
+        for topic, keys in attention.note_new_messages(self.partitions.values(), new).items():
             self.leasing.discover(topic, keys)
             self._new_partitions = True  # recompute fair shares and take them soon
         # Only now: had discovery failed, the next poll must read these positions again.
         self._seen_head = head
-
-    def _partitions_to_look(self, now_ms: int, sweep: bool) -> list[Partition]:
-        looked = []
-        for partition in self.partitions.values():
-            if partition.timer_ms is not None and partition.timer_ms <= now_ms:
-                partition.timer_ms = None
-                partition.needs_look = True
-            if sweep and (not partition.settled or partition.in_flight):
-                partition.needs_look = True
-            if partition.needs_look:
-                looked.append(partition)
-        return looked
-
-    def _extension_due(self, now_ms: int) -> bool:
-        for partition in self.partitions.values():
-            if not partition.subscription.auto_extend:
-                continue
-            half = int(partition.subscription.visibility_timeout * 500)
-            if any(f.invisible_until - now_ms < half for f in partition.in_flight.values()):
-                return True
-        return False
 
     def _free_capacity(self) -> int:
         in_flight = sum(len(p.in_flight) for p in self.partitions.values())
