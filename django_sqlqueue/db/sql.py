@@ -44,3 +44,23 @@ def execute(connection: BaseDatabaseWrapper, sql: str, params: Sequence[Any]) ->
     with connection.cursor() as cursor:
         cursor.execute(sql, params)
         return int(cursor.rowcount)
+
+
+def insert_missing_partitions(
+    connection: BaseDatabaseWrapper, table: str, group: str, topic: str, keys: Sequence[str],
+    defaults: dict[str, str],
+) -> None:
+    """Insert a (consumer_group, topic, partition_key) row per key unless it exists.
+
+    ``defaults`` maps the table's other columns to the SQL for their initial value.
+    """
+    q = quoter(connection)
+    prefix, suffix = vendor.insert_ignore_sql(connection, ("consumer_group", "topic", "partition_key"))
+    columns = ", ".join(q(c) for c in ("consumer_group", "topic", "partition_key", *defaults))
+    row = "(%s, %s, %s, " + ", ".join(defaults.values()) + ")"
+    for batch in chunks(list(keys), 500):
+        execute(
+            connection,
+            f"{prefix} {q(table)} ({columns}) VALUES {', '.join([row] * len(batch))}{suffix}",
+            [v for key in batch for v in (group, topic, key)],
+        )

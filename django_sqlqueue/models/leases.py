@@ -49,21 +49,10 @@ class PartitionLeaseManager(models.Manager["PartitionLease"]):
 
     def ensure_partitions(self, group: str, topic: str, keys: Sequence[str], using: str) -> None:
         """Create free lease rows for partitions that have none yet."""
-        if not keys:
-            return
-        connection = connections[using]
-        q = sqlb.quoter(connection)
-        prefix, suffix = vendor.insert_ignore_sql(
-            connection, ("consumer_group", "topic", "partition_key")
-        )
-        for batch in sqlb.chunks(list(keys), 500):
-            sqlb.execute(
-                connection,
-                f"{prefix} {q('queue_partition_leases')} ({q('consumer_group')}, {q('topic')}, "
-                f"{q('partition_key')}, {q('leased_by')}, {q('leased_at')}, "
-                f"{q('lease_renewed_at')}, {q('generation')}) VALUES "
-                + ", ".join(["(%s, %s, %s, '', 0, 0, 0)"] * len(batch)) + suffix,
-                [v for key in batch for v in (group, topic, key)],
+        if keys:
+            sqlb.insert_missing_partitions(
+                connections[using], "queue_partition_leases", group, topic, keys,
+                {"leased_by": "''", "leased_at": "0", "lease_renewed_at": "0", "generation": "0"},
             )
 
     def count_partitions(self, group: str, topic: str, using: str) -> int:

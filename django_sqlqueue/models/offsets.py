@@ -13,21 +13,12 @@ class ConsumerOffsetManager(models.Manager["ConsumerOffset"]):
     """SQL for ``queue_offsets``: read and advance watermarks, find the GC horizon."""
 
     def ensure(self, group: str, topic: str, keys: Sequence[str], using: str) -> None:
-        if not keys:
-            return
-        connection = connections[using]
-        q = sqlb.quoter(connection)
-        prefix, suffix = vendor.insert_ignore_sql(
-            connection, ("consumer_group", "topic", "partition_key")
-        )
-        for batch in sqlb.chunks(list(keys), 500):
-            sqlb.execute(
-                connection,
-                f"{prefix} {q('queue_offsets')} ({q('consumer_group')}, {q('topic')}, "
-                f"{q('partition_key')}, {q('offset_acked')}, {q('updated_at')}) VALUES "
-                + ", ".join([f"(%s, %s, %s, 0, {vendor.now_ms_sql(connection)})"] * len(batch))
-                + suffix,
-                [v for key in batch for v in (group, topic, key)],
+        """Start a watermark at 0 for partitions that have none yet."""
+        if keys:
+            connection = connections[using]
+            sqlb.insert_missing_partitions(
+                connection, "queue_offsets", group, topic, keys,
+                {"offset_acked": "0", "updated_at": vendor.now_ms_sql(connection)},
             )
 
     def watermarks(self, group: str, topic: str, keys: Sequence[str], using: str) -> dict[str, int]:
