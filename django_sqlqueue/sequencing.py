@@ -20,16 +20,23 @@ def sequence_pending(using: str = "default", sequenced_by: str = "",
 
     Returns 0 when another worker is sequencing right now or nothing is waiting.
     """
+    return sequence_batch(using, sequenced_by, limit)[0]
+
+
+def sequence_batch(using: str = "default", sequenced_by: str = "",
+                   limit: int = SEQUENCE_BATCH) -> tuple[int, int | None]:
+    """Like sequence_pending(), also returning the last position now assigned (the log
+    head), or None when another worker holds the sequencer."""
     with transaction.atomic(using=using):
         last = LogSequencer.objects.lock_counter(using)
         if last is None:
-            return 0
+            return 0, None
         offsets = QueueMessage.objects.unsequenced_offsets(limit, using)
         if not offsets:
-            return 0
+            return 0, last
         QueueMessage.objects.assign_positions(offsets, last + 1, using)
         LogSequencer.objects.advance(last + len(offsets), sequenced_by, using)
-    return len(offsets)
+    return len(offsets), last + len(offsets)
 
 
 def sequence_all(using: str = "default", sequenced_by: str = "") -> int:

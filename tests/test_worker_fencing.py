@@ -11,7 +11,6 @@ from __future__ import annotations
 import glob
 import os
 import signal
-import subprocess
 import time
 
 import pytest
@@ -21,18 +20,16 @@ import django_sqlqueue as sqlqueue
 from django_sqlqueue.models import PartitionLease
 from tests.testapp.models import Handled
 from tests.worker_harness import (
-    REPO_ROOT,
-    command,
     lease_counts,
     position_of,
     wait_stable,
     wait_until,
     watermark,
-    worker_env,
     worker_pool,
 )
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.worker]
+
 
 @pytest.fixture
 def workers(transactional_db, tmp_path):  # type: ignore[no-untyped-def]
@@ -93,48 +90,42 @@ def test_a_paused_worker_cannot_ack_or_deliver_after_its_lease_was_taken(workers
 # --------------------------------------------------------------------------- one clock
 
 
-def _start_skewed(workers, name: str, skew: str, *args: str):  # type: ignore[no-untyped-def]
-    """A worker whose wall clock (time.time, datetime.now) is shifted by ``skew``.
-
-    libfaketime is preloaded directly: the ``faketime`` wrapper forks, and signals sent to
-    it would not reach the worker.
-    """
-    stdout = workers.directory / f"{name}.stdout"
-    stderr = workers.directory / f"{name}.stderr"
-    env = worker_env(FAST_LEASES)
-    env["LD_PRELOAD"] = _libfaketime()
-    env["FAKETIME"] = skew
-    # A wrong wall clock, as on a badly synchronised host; the monotonic clock stays true
-    # (faking it too would also break every timed wait in the process).
-    env["FAKETIME_DONT_FAKE_MONOTONIC"] = "1"
-    with stdout.open("wb") as out, stderr.open("wb") as err:
-        proc = subprocess.Popen(
-            command("--name", name, *args), cwd=REPO_ROOT, env=env, stdout=out, stderr=err,
-        )
-    from tests.worker_harness import WorkerProcess
-
-    worker = WorkerProcess(name, proc, stdout, stderr, time.monotonic())
-    workers.started.append(worker)
-    return worker
-
-
 def _libfaketime() -> str:
     found = sorted(glob.glob("/usr/lib/*/faketime/libfaketime.so.1"))
     return found[0] if found else ""
 
 
-def _require_faketime() -> None:
-    if connection.vendor == "sqlite":
-        pytest.skip("SQLite's clock is the calling process's own clock: there is no server clock")
-    if not _libfaketime():
-        if os.environ.get("CI", "").lower() in {"1", "true", "yes"}:
-            pytest.fail("libfaketime is not installed (.ci/run installs the faketime package)")
-        pytest.skip("libfaketime is not installed (apt-get install faketime)")
+LIBFAKETIME = _libfaketime()
+IN_CI = os.environ.get("CI", "").lower() in {"1", "true", "yes"}
+
+# SQLite runs inside the calling process, so its "server clock" is each process's own clock:
+# a skewed worker and a true publisher cannot share one clock there.
+needs_a_server_clock = pytest.mark.skipif(
+    connection.vendor == "sqlite", reason="SQLite has no server clock: it uses each process's own"
+)
+# Under CI, .ci/run installs faketime; a missing library fails the test instead (below).
+needs_libfaketime = pytest.mark.skipif(
+    not LIBFAKETIME and not IN_CI, reason="libfaketime is not installed (apt-get install faketime)"
+)
 
 
+def _start_skewed(workers, name: str, skew: str, *args: str):  # type: ignore[no-untyped-def]
+    """A worker whose wall clock (time.time, datetime.now) is shifted by ``skew``.
+
+    libfaketime is preloaded directly: the ``faketime`` wrapper forks, and signals sent to
+    it would not reach the worker. The monotonic clock stays true, as on a badly
+    synchronised host (faking it too would also break every timed wait in the process).
+    """
+    assert LIBFAKETIME, "libfaketime is not installed (.ci/run installs the faketime package)"
+    return workers.start(name, *args, settings=FAST_LEASES, extra_env={
+        "LD_PRELOAD": LIBFAKETIME, "FAKETIME": skew, "FAKETIME_DONT_FAKE_MONOTONIC": "1",
+    })
+
+
+@needs_a_server_clock
+@needs_libfaketime
 @pytest.mark.parametrize("skew", ["+90s", "-90s"])
 def test_a_worker_with_a_skewed_clock_respects_delays(workers, skew):
-    _require_faketime()
     worker = _start_skewed(workers, f"skewed{skew}", skew, "--topic", "orders",
                            "--group", "billing")
     control = sqlqueue.publish("orders", {"n": "now"}, key="k")
@@ -148,8 +139,9 @@ def test_a_worker_with_a_skewed_clock_respects_delays(workers, skew):
     assert seen - published_at >= 2.0 - 0.1
 
 
+@needs_a_server_clock
+@needs_libfaketime
 def test_leases_of_a_worker_with_a_slow_clock_are_not_stolen(workers):
-    _require_faketime()
     sqlqueue.publish_many("orders", [{"payload": {"n": n}, "key": f"k{n}"} for n in range(4)])
     # Were leases judged by the workers' own clocks, B would find A's renewals 90 s old,
     # steal every lease on each attempt, and A would steal them back: generations would climb.

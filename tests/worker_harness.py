@@ -142,14 +142,18 @@ class WorkerPool:
         self.started: list[WorkerProcess] = []
 
     def start(self, name: str, *args: str, settings: dict[str, Any] | None = None,
-              settings_module: str = "tests.settings") -> WorkerProcess:
-        """Start ``runqueueworker --name <name> <args>``; it runs until stopped."""
+              settings_module: str = "tests.settings",
+              extra_env: dict[str, str] | None = None) -> WorkerProcess:
+        """Start ``runqueueworker --name <name> <args>``; it runs until stopped.
+
+        ``extra_env`` adds environment variables (say, to preload libfaketime).
+        """
         stdout_path = self.directory / f"{name}.stdout"
         stderr_path = self.directory / f"{name}.stderr"
+        env = {**worker_env(settings, settings_module), **(extra_env or {})}
         with stdout_path.open("wb") as out, stderr_path.open("wb") as err:
             proc = subprocess.Popen(
-                command("--name", name, *args), cwd=REPO_ROOT,
-                env=worker_env(settings, settings_module), stdout=out, stderr=err,
+                command("--name", name, *args), cwd=REPO_ROOT, env=env, stdout=out, stderr=err,
             )
         worker = WorkerProcess(name, proc, stdout_path, stderr_path, time.monotonic())
         self.started.append(worker)

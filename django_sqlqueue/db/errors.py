@@ -4,30 +4,51 @@ from __future__ import annotations
 
 from django.db import DatabaseError, InterfaceError, OperationalError
 
-# MySQL/MariaDB error codes worth retrying: deadlock, lock wait timeout, server gone away,
-# lost connection, cannot connect, server shutdown in progress, connection killed.
-_MYSQL_TRANSIENT = {1213, 1205, 2006, 2013, 2002, 2003, 1053, 1927, 4031}
-# PostgreSQL SQLSTATE classes/codes: serialization failure, deadlock, connection errors,
-# admin shutdown, cannot connect now.
-_PG_TRANSIENT_PREFIXES = ("08", "40001", "40P01", "57P01", "57P02", "57P03")
+# MySQL/MariaDB error codes of a lost or refused connection: server gone away, lost
+# connection, cannot connect, server shutdown in progress, connection killed.
+_MYSQL_DISCONNECT = {2006, 2013, 2002, 2003, 1053, 1927, 4031}
+# ... and of contention, worth retrying on the same connection: deadlock, lock wait timeout.
+_MYSQL_CONTENTION = {1213, 1205}
+# PostgreSQL SQLSTATEs: connection errors, admin shutdown, cannot connect now ...
+_PG_DISCONNECT_PREFIXES = ("08", "57P01", "57P02", "57P03")
+# ... and serialization failure, deadlock.
+_PG_CONTENTION = ("40001", "40P01")
 
 
-def is_transient(exc: BaseException) -> bool:
-    """True for deadlocks, lock timeouts, a locked SQLite file and lost connections."""
+def is_disconnect(exc: BaseException) -> bool:
+    """True when the connection is gone (a database restart, a killed session)."""
     if isinstance(exc, InterfaceError):
         return True
     if not isinstance(exc, DatabaseError):
         return False
-    cause = exc.__cause__ or exc
-    args = getattr(cause, "args", ())
-    if args and isinstance(args[0], int) and args[0] in _MYSQL_TRANSIENT:
+    code, sqlstate = _codes(exc)
+    if code in _MYSQL_DISCONNECT:
         return True
-    sqlstate = getattr(cause, "sqlstate", None) or getattr(cause, "pgcode", None)
-    if isinstance(sqlstate, str) and sqlstate.startswith(_PG_TRANSIENT_PREFIXES):
+    if sqlstate is not None and sqlstate.startswith(_PG_DISCONNECT_PREFIXES):
         return True
     text = str(exc).lower()
-    if "database is locked" in text or "database table is locked" in text:
-        return True
     return isinstance(exc, OperationalError) and (
         "connection" in text or "server closed" in text or "terminating" in text
     )
+
+
+def is_transient(exc: BaseException) -> bool:
+    """True for deadlocks, lock timeouts, a locked SQLite file and lost connections."""
+    if is_disconnect(exc):
+        return True
+    if not isinstance(exc, DatabaseError):
+        return False
+    code, sqlstate = _codes(exc)
+    if code in _MYSQL_CONTENTION or sqlstate in _PG_CONTENTION:
+        return True
+    text = str(exc).lower()
+    return "database is locked" in text or "database table is locked" in text
+
+
+def _codes(exc: DatabaseError) -> tuple[int | None, str | None]:
+    """(MySQL error code, PostgreSQL SQLSTATE) of the driver error behind ``exc``."""
+    cause = exc.__cause__ or exc
+    args = getattr(cause, "args", ())
+    code = args[0] if args and isinstance(args[0], int) else None
+    sqlstate = getattr(cause, "sqlstate", None) or getattr(cause, "pgcode", None)
+    return code, sqlstate if isinstance(sqlstate, str) else None

@@ -77,9 +77,6 @@ def skip_locked_sql(connection: BaseDatabaseWrapper) -> str:
     return " FOR UPDATE SKIP LOCKED"
 
 
-def for_update_sql(connection: BaseDatabaseWrapper) -> str:
-    return "" if connection.vendor == "sqlite" else " FOR UPDATE"
-
 
 def for_share_sql(connection: BaseDatabaseWrapper) -> str:
     """A shared row lock that blocks writers (used to fence lease ownership)."""

@@ -32,14 +32,6 @@ class SubscriberHeartbeatManager(models.Manager["SubscriberHeartbeat"]):
             [group, topic, name[:SUBSCRIBER_NAME_LENGTH], now_ms],
         )
 
-    def active_count(self, group: str, topic: str, alive_after_ms: int, using: str) -> int:
-        return (
-            self.using(using)
-            .filter(consumer_group=group, topic=topic, deregistered_at=0,
-                    heartbeat_at__gt=alive_after_ms)
-            .count()
-        )
-
     def active_counts(self, topics: Sequence[str], alive_after_ms: int,
                       using: str) -> dict[tuple[str, str], int]:
         """Live workers per (consumer group, topic), in one query."""

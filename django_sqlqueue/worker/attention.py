@@ -11,8 +11,6 @@ from collections.abc import Iterable
 
 from .partitions import Partition
 
-Ident = tuple[str, str, str]
-
 
 def note_new_messages(
     partitions: Iterable[Partition], new: Iterable[tuple[str, str, int | None]]

@@ -43,17 +43,6 @@ class Dispatcher:
             self._running.discard(future)
         self._wake.set()
 
-    def wait(self, timeout: float) -> bool:
-        """Wait up to ``timeout`` seconds for running handlers; True if all finished."""
-        with self._lock:
-            running = list(self._running)
-        for future in running:
-            try:
-                future.result(timeout=max(0.0, timeout))
-            except Exception:  # noqa: BLE001 - outcomes carry handler errors, not futures
-                return False
-        return True
-
     def shutdown(self, wait: bool) -> None:
         self._pool.shutdown(wait=wait, cancel_futures=True)
 

@@ -8,7 +8,7 @@ import random
 
 from django.db import connections
 
-from ..db.errors import is_transient
+from ..db.errors import is_disconnect, is_transient
 
 logger = logging.getLogger("django_sqlqueue.worker")
 
@@ -31,15 +31,12 @@ class FaultBackoff:
     def failed(self, step: str, exc: BaseException) -> float:
         """Record a failure of ``step``; return the seconds to wait before trying again."""
         self.failures += 1
-        connection = connections[self.using]
-        if connection.in_atomic_block:
-            raise exc  # let the enclosing transaction roll back first
         transient = is_transient(exc)
-        if not transient or "connection" in str(exc).lower() or "gone away" in str(exc).lower():
-            # A dead connection must be dropped so the next query opens a new one.
+        if is_disconnect(exc) or not transient:
+            # A dead (or suspect) connection is dropped so the next query opens a new one.
             # Closing a broken connection may fail too; either way it is gone.
             with contextlib.suppress(Exception):
-                connection.close()
+                connections[self.using].close()
         delay = min(MAX_DELAY, MIN_DELAY * 2 ** min(self.failures - 1, 10))
         delay = delay / 2 + random.uniform(0, delay / 2)
         if transient:

@@ -17,11 +17,9 @@ from django.db import transaction
 
 from ..consuming.registry import Subscription
 from ..models import ConsumerOffset, PartitionLease, QueueMessage, SubscriberHeartbeat
-from .partitions import Partition
+from .partitions import Ident, Partition
 
 logger = logging.getLogger("django_sqlqueue.worker")
-
-Ident = tuple[str, str, str]
 
 
 class Leasing:
@@ -71,10 +69,11 @@ class Leasing:
                 subscription.group, subscription.topic, self.worker_name, now_ms, self.using
             )
         PartitionLease.objects.renew(self.worker_name, now_ms, self.using)
+        live = self._live_workers(now_ms)
         for subscription in self.subscriptions:
             self._reconcile(subscription)
             self.shares[(subscription.group, subscription.topic)] = self._fair_share(
-                subscription, now_ms
+                subscription, live
             )
             self._mark_excess(subscription)
         if acquire:
@@ -82,21 +81,18 @@ class Leasing:
 
     def membership_changed(self, now_ms: int) -> bool:
         """Whether workers joined or left any group since the last rebalance (one query)."""
-        counts = SubscriberHeartbeat.objects.active_counts(
-            sorted({s.topic for s in self.subscriptions}), now_ms - self.lease_ms, self.using
-        )
+        live = self._count_live_workers(now_ms)
         return any(
-            counts.get((s.group, s.topic), 0)
-            != self.last_counts.get((s.group, s.topic), (0, 0))[1]
+            live.get((s.group, s.topic), 0) != self.last_counts.get((s.group, s.topic), (0, 0))[1]
             for s in self.subscriptions
         )
 
     def below_share(self) -> bool:
-        return any(
-            share is None or self._held(s) < share
-            for s in self.subscriptions
-            for share in [self.shares.get((s.group, s.topic))]
-        )
+        for subscription in self.subscriptions:
+            share = self.shares.get((subscription.group, subscription.topic))
+            if share is None or self._held(subscription) < share:
+                return True
+        return False
 
     def acquire(self, now_ms: int) -> list[Partition]:
         """Take free or stale partitions up to each subscription's fair share."""
@@ -145,18 +141,32 @@ class Leasing:
             if p.subscription is subscription and not p.draining
         )
 
-    def _fair_share(self, subscription: Subscription, now_ms: int) -> int | None:
+    def _count_live_workers(self, now_ms: int) -> dict[tuple[str, str], int]:
+        """Live workers per (group, topic) of this worker's subscriptions, in one query."""
+        return SubscriberHeartbeat.objects.active_counts(
+            sorted({s.topic for s in self.subscriptions}), now_ms - self.lease_ms, self.using
+        )
+
+    def _live_workers(self, now_ms: int) -> dict[tuple[str, str], int] | None:
         try:
-            active = SubscriberHeartbeat.objects.active_count(
-                subscription.group, subscription.topic, now_ms - self.lease_ms, self.using
-            )
-            total = PartitionLease.objects.count_partitions(
-                subscription.group, subscription.topic, self.using
-            )
+            return self._count_live_workers(now_ms)
         except Exception:  # noqa: BLE001 - availability over fairness, as the RFC says
             logger.warning("fair share unavailable, acquiring without a cap", exc_info=True)
             return None
-        self.last_counts[(subscription.group, subscription.topic)] = (total, active)
+
+    def _fair_share(self, subscription: Subscription,
+                    live: dict[tuple[str, str], int] | None) -> int | None:
+        """``ceil(partitions / live workers)``; None (no cap) if it cannot be computed."""
+        if live is None:
+            return None
+        group, topic = subscription.group, subscription.topic
+        try:
+            total = PartitionLease.objects.count_partitions(group, topic, self.using)
+        except Exception:  # noqa: BLE001 - availability over fairness, as the RFC says
+            logger.warning("fair share unavailable, acquiring without a cap", exc_info=True)
+            return None
+        active = live.get((group, topic), 0)
+        self.last_counts[(group, topic)] = (total, active)
         if total == 0:
             return 0
         return math.ceil(total / max(active, 1))

@@ -51,7 +51,7 @@ class Partition:
         return self.subscription.topic
 
     @property
-    def ident(self) -> tuple[str, str, str]:
+    def ident(self) -> Ident:
         return (self.subscription.group, self.subscription.topic, self.key)
 
     def capacity(self) -> int:
@@ -65,6 +65,9 @@ class Partition:
     def add_timer(self, due_ms: int) -> None:
         self.timer_ms = due_ms if self.timer_ms is None else min(self.timer_ms, due_ms)
 
+
+# (consumer group, topic, partition key): a partition as one consumer group sees it.
+Ident = tuple[str, str, str]
 
 OutcomeKind = Literal["ack", "nack", "dead"]
 

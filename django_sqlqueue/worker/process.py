@@ -18,7 +18,7 @@ from ..conf import get_settings
 from ..consuming.registry import Subscription
 from ..models import LogSequencer, QueueMessage
 from ..models.delivery import MessageRef
-from ..sequencing import SEQUENCE_BATCH, sequence_pending
+from ..sequencing import SEQUENCE_BATCH, sequence_batch
 from . import announce, attention
 from .clock import DatabaseClock
 from .collector import collect_garbage
@@ -27,8 +27,8 @@ from .dispatcher import Dispatcher
 from .extension import extender
 from .faults import FaultBackoff
 from .interrupts import stop_on_signals
-from .leasing import Ident, Leasing
-from .partitions import InFlight, Outcome, Partition
+from .leasing import Leasing
+from .partitions import Ident, InFlight, Outcome, Partition
 
 logger = logging.getLogger("django_sqlqueue.worker")
 
@@ -69,6 +69,7 @@ class Worker:
         self.leasing = Leasing(self.name, using, subscriptions, conf.lease_duration)
         self.cycle = PollCycle(self.name, using, conf.dlq_suffix)
         self.faults = FaultBackoff(using)
+        self.faults_delay = 0.0  # seconds to wait after the last failed step
         self.topics = sorted({s.topic for s in subscriptions})
         self.groups_by_topic: dict[str, set[str]] = {}
         for s in subscriptions:
@@ -153,8 +154,6 @@ class Worker:
         self.stopping.set()
         self.wake.set()
 
-    faults_delay = 0.0
-
     def _step(self, name: str, fn: Callable[[], float | None]) -> float | None:
         try:
             value = fn()
@@ -169,11 +168,7 @@ class Worker:
         head, pending, db_now = LogSequencer.objects.head(self.using)
         self.clock.sync(db_now)
         if pending:
-            for _ in range(SEQUENCE_ROUNDS):  # a backlog is sequenced a few batches per poll
-                if sequence_pending(self.using, self.name) < SEQUENCE_BATCH:
-                    break
-            head, pending, db_now = LogSequencer.objects.head(self.using)
-            self.clock.sync(db_now)
+            head, pending = self._sequence(head)
         now = time.monotonic()
         now_ms = self.clock.now_ms()
         if now >= self._next_maintain:
@@ -214,6 +209,19 @@ class Worker:
         return 0.0 if full else poll
 
     # ------------------------------------------------------------------ steps of a tick
+
+    def _sequence(self, head: int) -> tuple[int, bool]:
+        """Sequence the backlog, a few batches per poll; return the new log head and whether
+        committed messages may still wait (another worker is sequencing, or more than this
+        poll's rounds were waiting)."""
+        for _ in range(SEQUENCE_ROUNDS):
+            count, last = sequence_batch(self.using, self.name)
+            if last is None:
+                return head, True
+            head = max(head, last)
+            if count < SEQUENCE_BATCH:
+                return head, False
+        return head, True
 
     def _maintain(self, now: float, now_ms: int) -> None:
         self.leasing.maintain(now_ms, acquire=not self.stopping.is_set())
