@@ -16,6 +16,7 @@ from .exceptions import (
     LeaseLost,
     Retry,
     SQLQueueError,
+    TopicNotDrained,
 )
 
 if TYPE_CHECKING:
@@ -43,6 +44,7 @@ __all__ = [
     "Retry",
     "SQLQueueError",
     "StoredMessage",
+    "TopicNotDrained",
     "publish",
     "publish_many",
     "subscriber",

@@ -10,7 +10,7 @@ from django.apps import AppConfig
 from django.conf import settings
 from django.core.checks import CheckMessage, Error, Warning, register
 
-from .conf import DEFAULTS, raw_settings
+from .conf import DEFAULTS, MAX_PARTITIONS, TOPIC_OPTIONS, raw_settings
 
 _NAME_RE = re.compile(r"^[A-Za-z0-9._-]+$")
 
@@ -25,6 +25,10 @@ def _non_negative_number(value: Any) -> bool:
 
 def _positive_int(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool) and value > 0
+
+
+def _partition_count(value: Any) -> bool:
+    return _positive_int(value) and value <= MAX_PARTITIONS
 
 
 def _dlq_suffix(value: Any) -> bool:
@@ -46,6 +50,7 @@ _RULES: list[tuple[str, str, Callable[[Any], bool], str]] = [
     ("GC_INTERVAL", "sqlqueue.E011", _non_negative_number,
      "a number of seconds >= 0 (0 disables GC)"),
     ("SHUTDOWN_GRACE", "sqlqueue.E012", _non_negative_number, "a number of seconds >= 0"),
+    ("PARTITIONS", "sqlqueue.E014", _partition_count, f"an integer from 1 to {MAX_PARTITIONS}"),
 ]
 
 
@@ -77,6 +82,7 @@ def check_settings(app_configs: Sequence[AppConfig] | None = None, **kwargs: Any
                 hint=f"Fix the value or remove the key to use the default ({DEFAULTS[name]!r}).",
                 id=check_id,
             ))
+    errors += _topic_errors(values["TOPICS"])
     if errors:
         return errors
     if values["RENEW_INTERVAL"] >= values["LEASE_DURATION"]:
@@ -87,6 +93,38 @@ def check_settings(app_configs: Sequence[AppConfig] | None = None, **kwargs: Any
             hint="Renew about three times per lease, e.g. LEASE_DURATION=30, RENEW_INTERVAL=10.",
             id="sqlqueue.E013",
         ))
+    return errors
+
+
+def _topic_errors(topics: Any) -> list[CheckMessage]:
+    """``TOPICS`` maps topic names to option dicts, e.g. {"orders": {"PARTITIONS": 64}}."""
+    example = "SQLQUEUE['TOPICS'] = {'orders': {'PARTITIONS': 64}}"
+    if not isinstance(topics, dict):
+        return [Error(f"SQLQUEUE['TOPICS'] must be a dict, got {type(topics).__name__}.",
+                      hint=f"For example {example}.", id="sqlqueue.E015")]
+    errors: list[CheckMessage] = []
+    for topic, options in topics.items():
+        where = f"SQLQUEUE['TOPICS'][{topic!r}]"
+        if not isinstance(topic, str) or not _NAME_RE.match(topic):
+            errors.append(Error(f"SQLQUEUE['TOPICS'] has a key that is not a topic name: {topic!r}.",
+                                hint="Topic names use letters, digits, '.', '_' and '-'.",
+                                id="sqlqueue.E015"))
+        elif not isinstance(options, dict):
+            errors.append(Error(f"{where} must be a dict of options, got {type(options).__name__}.",
+                                hint=f"For example {example}.", id="sqlqueue.E015"))
+        else:
+            unknown = sorted(set(map(str, options)) - TOPIC_OPTIONS)
+            if unknown:
+                errors.append(Error(f"{where} has unknown option(s): {', '.join(unknown)}.",
+                                    hint=f"Known options: {', '.join(sorted(TOPIC_OPTIONS))}.",
+                                    id="sqlqueue.E015"))
+            if "PARTITIONS" in options and not _partition_count(options["PARTITIONS"]):
+                errors.append(Error(
+                    f"{where}['PARTITIONS'] must be an integer from 1 to {MAX_PARTITIONS}, "
+                    f"got {options['PARTITIONS']!r}.",
+                    hint="A topic's partition count is recorded when it is first used; see "
+                    "'Changing the partition count' in docs/consuming.md.", id="sqlqueue.E014",
+                ))
     return errors
 
 

@@ -13,7 +13,8 @@ from django.conf import settings
 DEFAULTS: dict[str, Any] = {
     # How long an idle worker waits between polls, in seconds.
     "POLL_INTERVAL": 0.1,
-    # Messages fetched per partition per poll; 1 means strictly ordered processing.
+    # 1: strict mode, each key handled one message at a time in log order. Any other value:
+    # concurrent mode, a key's messages handed out in order and run side by side.
     "BATCH_SIZE": 10,
     # How long a delivered message stays invisible before it is redelivered, in seconds.
     "VISIBILITY_TIMEOUT": 30.0,
@@ -33,7 +34,15 @@ DEFAULTS: dict[str, Any] = {
     "GC_INTERVAL": 60.0,
     # Seconds a stopping worker waits for in-flight handlers before giving up on them.
     "SHUTDOWN_GRACE": 30.0,
+    # Partitions of a topic that has no entry in TOPICS, recorded when the topic is first
+    # sequenced. A partition is the unit of leasing: at most this many workers share a topic.
+    "PARTITIONS": 16,
+    # Per-topic options, e.g. {"orders": {"PARTITIONS": 64}}.
+    "TOPICS": {},
 }
+
+MAX_PARTITIONS = 4096  # per topic; lease rows, watermarks and fair share count partitions
+TOPIC_OPTIONS = frozenset({"PARTITIONS"})
 
 
 @dataclass(frozen=True)
@@ -49,6 +58,14 @@ class QueueSettings:
     publish_batch_size: int
     gc_interval: float
     shutdown_grace: float
+    partitions: int
+    topics: dict[str, dict[str, Any]]
+
+    def partitions_for(self, topic: str) -> int:
+        """The partition count configured for ``topic`` (the recorded count wins once a
+        topic has one; see :mod:`django_sqlqueue.partitioning`)."""
+        options = self.topics.get(topic) or {}
+        return int(options.get("PARTITIONS", self.partitions))
 
 
 def raw_settings() -> dict[str, Any]:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from django.core.exceptions import ImproperlyConfigured
+
 
 class SQLQueueError(Exception):
     """Base class for django-sqlqueue errors."""
@@ -11,7 +13,7 @@ class InvalidMessage(SQLQueueError, ValueError):
     """A message given to publish() or publish_many() was rejected; nothing was written."""
 
 
-class ConfigurationError(SQLQueueError, ValueError):
+class ConfigurationError(SQLQueueError, ImproperlyConfigured, ValueError):
     """A subscriber or worker was configured with a value that cannot work."""
 
 
@@ -36,3 +38,32 @@ class DeadLetter(SQLQueueError):  # noqa: N818 - raised by handlers as a verb
     def __init__(self, reason: str = "") -> None:
         super().__init__(reason or "dead-lettered by handler")
         self.reason = reason
+
+
+class TopicNotDrained(SQLQueueError):
+    """repartition() refused: sequenced messages of the topic are not consumed yet.
+
+    ``unconsumed`` maps each registered consumer group that is behind to how many of the
+    topic's messages it has not acked; ``unclaimed`` counts the messages waiting while no
+    group has registered for the topic at all.
+    """
+
+    def __init__(self, topic: str, unconsumed: dict[str, int], unclaimed: int = 0) -> None:
+        if unconsumed:
+            behind = ", ".join(f"group {group!r} has {count} unconsumed message(s)"
+                               for group, count in sorted(unconsumed.items()))
+            todo = "let those groups' workers consume the topic"
+        else:
+            behind = (f"{unclaimed} message(s) wait for a consumer and no consumer group has "
+                      f"registered for the topic")
+            todo = "run its consumers' workers until they have consumed them"
+        super().__init__(
+            f"topic {topic!r} is not drained: {behind}; changing its partition count now would "
+            f"break per-key order. Pause its publishers, {todo}, then repartition again"
+        )
+        self.topic = topic
+        self.unconsumed = dict(unconsumed)
+        self.unclaimed = unclaimed
+
+    def __reduce__(self) -> tuple[type[TopicNotDrained], tuple[str, dict[str, int], int]]:
+        return type(self), (self.topic, self.unconsumed, self.unclaimed)

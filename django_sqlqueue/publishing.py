@@ -12,7 +12,7 @@ import re
 import uuid
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 from django.core.serializers.json import DjangoJSONEncoder
@@ -22,7 +22,8 @@ from .conf import get_settings
 from .exceptions import InvalidMessage
 from .models import QueueMessage
 from .models.fields import ID_LENGTH, KEY_LENGTH, MAX_TOPIC_LENGTH
-from .models.messages import NewRow, StoredRow
+from .models.messages import MessageRow, NewRow
+from .rows import common_fields, epoch_ms_to_datetime
 
 TOPIC_RE = re.compile(r"^[A-Za-z0-9._-]+$")
 _MESSAGE_FIELDS = frozenset({"payload", "key", "id", "headers", "delay"})
@@ -40,6 +41,11 @@ class StoredMessage:
     headers: dict[str, str]
     published_at: datetime
     deliver_at: datetime
+
+    @classmethod
+    def from_row(cls, row: MessageRow) -> StoredMessage:
+        return cls(offset=row.offset, deliver_at=epoch_ms_to_datetime(row.deliver_at),
+                   **common_fields(row))
 
 
 def publish(
@@ -60,7 +66,7 @@ def publish(
     row = _build_row(topic, payload, key, id, headers, delay, get_settings().max_payload_bytes)
     alias = using or router.db_for_write(QueueMessage)
     stored = QueueMessage.objects.insert_rows([row], using=alias)
-    return _to_message(stored[(row[0], row[1], row[2])])
+    return StoredMessage.from_row(stored[(row.topic, row.key, row.id)])
 
 
 def publish_many(
@@ -86,17 +92,17 @@ def publish_many(
     # matching what separate publish() calls do.
     first: dict[tuple[str, str, str], NewRow] = {}
     for row in rows:
-        first.setdefault((row[0], row[1], row[2]), row)
-    # Partitions in key order, so two calls sharing ids lock the unique index in the same
-    # order and cannot deadlock each other; within a partition the caller's order stands
-    # (the sort is stable), because that is the order its messages will be consumed in.
-    unique_rows = sorted(first.values(), key=lambda r: (r[0], r[1]))
-    stored: dict[tuple[str, str, str], StoredRow] = {}
+        first.setdefault((row.topic, row.key, row.id), row)
+    # Keys in order, so two calls sharing ids lock the unique index in the same order and
+    # cannot deadlock each other; within a key the caller's order stands (the sort is
+    # stable), because that is the order its messages will be consumed in.
+    unique_rows = sorted(first.values(), key=lambda r: r.key)
+    stored: dict[tuple[str, str, str], MessageRow] = {}
     with transaction.atomic(using=alias):
         for start in range(0, len(unique_rows), conf.publish_batch_size):
             batch = unique_rows[start:start + conf.publish_batch_size]
             stored.update(QueueMessage.objects.insert_rows(batch, using=alias))
-    return [_to_message(stored[(r[0], r[1], r[2])]) for r in rows]
+    return [StoredMessage.from_row(stored[(r.topic, r.key, r.id)]) for r in rows]
 
 
 def validate_topic(topic: Any) -> None:
@@ -150,7 +156,7 @@ def _build_row(
         raise InvalidMessage(f"id is {len(message_id)} characters long; the limit is {ID_LENGTH}")
     payload_json = _encode_payload(payload, max_bytes)
     headers_json = json.dumps(_validate_headers(headers), separators=(",", ":"))
-    return (topic, key, message_id, payload_json, headers_json, _delay_ms(delay))
+    return NewRow(topic, key, message_id, payload_json, headers_json, _delay_ms(delay))
 
 
 def _encode_payload(payload: Any, max_bytes: int) -> str:
@@ -199,24 +205,3 @@ def _delay_ms(delay: Any) -> int:
     if seconds < 0:
         raise InvalidMessage(f"delay must not be negative, got {seconds} seconds")
     return round(seconds * 1000)
-
-
-def epoch_ms_to_datetime(value: int) -> datetime:
-    return datetime.fromtimestamp(value / 1000, tz=UTC)
-
-
-def decode_json(value: Any) -> Any:
-    """Backends return JSON columns as text or already decoded; normalise to Python objects."""
-    if isinstance(value, str | bytes | bytearray):
-        return json.loads(value)
-    return value
-
-
-def _to_message(row: StoredRow) -> StoredMessage:
-    offset, topic, key, message_id, payload, metadata, published_at, deliver_at = row
-    return StoredMessage(
-        offset=int(offset), topic=topic, key=key, id=message_id,
-        payload=decode_json(payload), headers=decode_json(metadata) or {},
-        published_at=epoch_ms_to_datetime(int(published_at)),
-        deliver_at=epoch_ms_to_datetime(int(deliver_at)),
-    )

@@ -114,6 +114,12 @@ SQLQUEUE: dict[str, object] = {
     "RENEW_INTERVAL": 0.5,
     "VISIBILITY_TIMEOUT": 5.0,
     "SHUTDOWN_GRACE": 10.0,
+    # Few partitions keep lease counts easy to reason about; "orders" has 12 so that three
+    # workers share it 4/4/4; "slow" has one, so one worker holds all of it;
+    "PARTITIONS": 4,
+    # "keyed" has one, so every key of it shares a partition.
+    "TOPICS": {"orders": {"PARTITIONS": 12}, "slow": {"PARTITIONS": 1},
+               "keyed": {"PARTITIONS": 1}},
 }
 if _overrides := os.environ.get("SQLQUEUE_TEST_SETTINGS"):
     SQLQUEUE.update(json.loads(_overrides))

@@ -164,6 +164,45 @@ def test_default_renew_interval_longer_than_a_short_lease_is_e013():
     assert ids_for({"LEASE_DURATION": 10}) == ["sqlqueue.E013"]
 
 
+# --------------------------------------------------------------------------- E014, E015
+
+
+@pytest.mark.parametrize("value", [0, -1, 4097, 2.0, "16", True, None])
+def test_a_bad_partition_count_is_e014(value):
+    assert ids_for({"PARTITIONS": value}) == ["sqlqueue.E014"]
+
+
+def test_a_bad_per_topic_partition_count_is_e014_naming_the_topic():
+    [error] = errors_for({"TOPICS": {"orders": {"PARTITIONS": 0}}})
+
+    assert error.id == "sqlqueue.E014"
+    assert "SQLQUEUE['TOPICS']['orders']['PARTITIONS']" in error.msg
+
+
+@pytest.mark.parametrize(
+    ("topics", "needle"),
+    [
+        ([("orders", 4)], "must be a dict"),
+        ({"orders": 4}, "dict of options"),
+        ({"bad topic": {"PARTITIONS": 4}}, "not a topic name"),
+        ({"orders": {"PARTITONS": 4}}, "unknown option(s): PARTITONS"),
+    ],
+    ids=["not-a-dict", "options-not-a-dict", "bad-topic-name", "misspelt-option"],
+)
+def test_a_malformed_topics_setting_is_e015(topics, needle):
+    [error] = errors_for({"TOPICS": topics})
+
+    assert error.id == "sqlqueue.E015"
+    assert needle in error.msg
+
+
+def test_per_topic_partitions_override_the_default():
+    with override_settings(SQLQUEUE={"PARTITIONS": 8, "TOPICS": {"orders": {"PARTITIONS": 64}}}):
+        conf = get_settings()
+
+    assert (conf.partitions_for("orders"), conf.partitions_for("other")) == (64, 8)
+
+
 # --------------------------------------------------------------------------- W001
 
 

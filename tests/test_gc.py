@@ -6,6 +6,7 @@ import pytest
 
 import django_sqlqueue as sqlqueue
 from django_sqlqueue.models import ConsumerOffset, QueueMessage, SubscriberHeartbeat
+from django_sqlqueue.partitioning import partition_for
 from django_sqlqueue.sequencing import sequence_all
 from django_sqlqueue.worker.collector import collect_garbage
 
@@ -22,17 +23,22 @@ def publish_sequenced(count: int, key: str = "k") -> list[int]:
     return [positions[o] for o in offsets]
 
 
+def partition(key: str) -> str:
+    """The partition of "orders" that ``key`` maps to (12 partitions in the test settings)."""
+    return str(partition_for(key, 12))
+
+
 def set_watermark(group: str, key: str, position: int) -> None:
     SubscriberHeartbeat.objects.update_or_create(
         consumer_group=group, topic="orders", subscriber_name=f"{group}-worker",
         defaults={"heartbeat_at": 1})
     ConsumerOffset.objects.update_or_create(
-        consumer_group=group, topic="orders", partition_key=key,
+        consumer_group=group, topic="orders", partition_key=partition(key),
         defaults={"offset_acked": position, "updated_at": 1})
 
 
 def remaining(key: str = "k") -> list[int]:
-    return sorted(QueueMessage.objects.filter(topic="orders", partition_key=key)
+    return sorted(QueueMessage.objects.filter(topic="orders", message_key=key)
                   .values_list("position", flat=True))
 
 
@@ -83,7 +89,7 @@ def test_gc_skips_partitions_whose_horizon_it_already_collected():
     collected: dict[tuple[str, str], int] = {}
 
     assert collect_garbage(["orders"], {}, "default", collected) == 2
-    assert collected == {("orders", "k"): positions[1]}
+    assert collected == {("orders", partition("k")): positions[1]}
     set_watermark("billing", "k", positions[3])
     assert collect_garbage(["orders"], {}, "default", collected) == 2
     assert remaining() == []

@@ -15,6 +15,7 @@ from django_sqlqueue.models import (
     PartitionLease,
     QueueMessage,
     SubscriberHeartbeat,
+    Topic,
 )
 from tests.factories import (
     ConsumerOffsetFactory,
@@ -34,6 +35,7 @@ TABLES = {
     "queue_offsets": ConsumerOffset,
     "queue_subscriber_heartbeats": SubscriberHeartbeat,
     "queue_sequencer": LogSequencer,
+    "queue_topics": Topic,
 }
 
 
@@ -63,7 +65,7 @@ def test_no_migrations_are_missing():
     assert "No changes detected" in out.getvalue()
 
 
-def test_all_six_tables_exist():
+def test_all_seven_tables_exist():
     assert set(TABLES) <= set(connection.introspection.table_names())
 
 
@@ -73,25 +75,31 @@ def test_model_uses_its_table(table, model):
 
 
 def test_idempotency_id_is_stored_in_the_id_column():
-    assert {"offset", "topic", "partition_key", "id", "position", "deliver_at"} <= column_names(
-        "queue_messages"
-    )
+    assert {"offset", "topic", "partition_key", "message_key", "id", "position",
+            "deliver_at"} <= column_names("queue_messages")
 
 
-def test_unique_index_on_topic_partition_key_and_id_exists():
+def test_unique_index_on_topic_message_key_and_id_exists():
     unique = [
         (name, info["columns"]) for name, info in constraints("queue_messages").items()
         if info["unique"] and not info["primary_key"]
     ]
 
-    assert ("queue_msg_idempotency", ["topic", "partition_key", "id"]) in unique
+    assert unique == [("queue_msg_key_idempotency", ["topic", "message_key", "id"])]
 
 
 def test_the_database_enforces_the_idempotency_index():
-    QueueMessageFactory(topic="orders", partition_key="k", message_id="same")
+    QueueMessageFactory(topic="orders", message_key="k", message_id="same")
 
     with pytest.raises(IntegrityError), transaction.atomic():
-        QueueMessageFactory(topic="orders", partition_key="k", message_id="same")
+        QueueMessageFactory(topic="orders", message_key="k", message_id="same")
+
+
+def test_one_partition_may_hold_the_same_id_under_two_keys():
+    QueueMessageFactory(topic="orders", partition_key="3", message_key="a", message_id="same")
+    QueueMessageFactory(topic="orders", partition_key="3", message_key="b", message_id="same")
+
+    assert QueueMessage.objects.filter(topic="orders", partition_key="3").count() == 2
 
 
 @pytest.mark.parametrize(
@@ -190,7 +198,8 @@ def test_new_message_row_defaults_to_unsequenced_and_not_a_dead_letter():
 @pytest.mark.parametrize(
     ("factory", "kwargs", "expected"),
     [
-        (QueueMessageFactory, {"topic": "orders", "partition_key": "eu"}, "orders/eu@{offset}"),
+        (QueueMessageFactory, {"topic": "orders", "partition_key": "3", "message_key": "eu"},
+         "orders/3/eu@{offset}"),
         (DeliveryStateFactory,
          {"consumer_group": "billing", "topic": "orders", "partition_key": "eu",
           "message_offset": 12},

@@ -59,7 +59,7 @@ def test_publish_writes_the_row():
     message = sqlqueue.publish("orders", {"order": 1}, key="k", id="i", headers={"h": "v"})
 
     row = QueueMessage.objects.get(offset=message.offset)
-    assert (row.topic, row.partition_key, row.message_id) == ("orders", "k", "i")
+    assert (row.topic, row.message_key, row.message_id) == ("orders", "k", "i")
     assert row.payload == {"order": 1}
     assert row.metadata == {"h": "v"}
     assert row.published_at == ms(message.published_at)
@@ -101,7 +101,7 @@ def test_default_key_is_empty():
     message = sqlqueue.publish("orders", {})
 
     assert message.key == ""
-    assert QueueMessage.objects.get().partition_key == ""
+    assert QueueMessage.objects.get().message_key == ""
 
 
 def test_offsets_increase_with_each_publish():
@@ -325,7 +325,7 @@ def test_duplicate_inside_one_transaction_stores_one_row():
 
 
 def test_duplicate_of_an_existing_row_returns_that_row():
-    existing = QueueMessageFactory(topic="orders", partition_key="k", message_id="known",
+    existing = QueueMessageFactory(topic="orders", message_key="k", message_id="known",
                                    payload={"v": "old"}, metadata={"h": "old"})
 
     message = sqlqueue.publish("orders", {"v": "new"}, key="k", id="known")
@@ -516,7 +516,7 @@ def test_key_over_255_characters_is_rejected():
 def test_key_of_255_characters_is_accepted():
     message = sqlqueue.publish("orders", {}, key="k" * 255)
 
-    assert QueueMessage.objects.get(offset=message.offset).partition_key == "k" * 255
+    assert QueueMessage.objects.get(offset=message.offset).message_key == "k" * 255
 
 
 def test_non_str_key_is_rejected():

@@ -42,8 +42,9 @@ def the_error_line(result: subprocess.CompletedProcess[str], *needles: str) -> s
         (["--concurrency", "abc"], ["--concurrency", "'abc'", "whole number"]),
         (["--group", "nosuchgroup"], ["unknown group", "nosuchgroup", "billing"]),
         (["--topic", "nosuchtopic"], ["unknown topic", "nosuchtopic", "orders"]),
+        (["--name", "w" * 300], ["--name", "300 characters", "255"]),
     ],
-    ids=["concurrency-0", "concurrency-abc", "unknown-group", "unknown-topic"],
+    ids=["concurrency-0", "concurrency-abc", "unknown-group", "unknown-topic", "long-name"],
 )
 def test_an_invalid_invocation_exits_non_zero_with_one_line_naming_the_problem(args, needles):
     result = run_command(*args, timeout=30)

@@ -3,22 +3,20 @@
 from __future__ import annotations
 
 import sqlite3
-import threading
 import time
 
 import pytest
-from django.db import connection, transaction
+from django.db import connection
 
 import django_sqlqueue as sqlqueue
-from django_sqlqueue.models import PartitionLease, QueueMessage
-from tests.helpers import start_thread
+from django_sqlqueue.models import QueueMessage
 from tests.testapp.models import Handled
 from tests.worker_harness import (
     end_sessions,
     other_sessions,
     partition_heads,
+    partition_watermark,
     position_of,
-    sessions_waiting_in,
     wait_until,
     watermark,
     worker_pool,
@@ -68,7 +66,7 @@ def test_a_worker_rides_out_a_database_fault_and_loses_nothing(workers):
     wait_until(lambda: handled_offsets() >= offsets, timeout=30,
                what="all 200 messages handled", watch=[worker])
     heads = partition_heads("orders")
-    wait_until(lambda: all(watermark("billing", "orders", k) == h for k, h in heads.items()),
+    wait_until(lambda: all(partition_watermark("billing", "orders", p) == h for p, h in heads.items()),
                what="watermarks at the partition heads", watch=[worker])
     assert worker.alive
     assert not QueueMessage.objects.filter(topic="orders_dlq").exists()
@@ -77,43 +75,6 @@ def test_a_worker_rides_out_a_database_fault_and_loses_nothing(workers):
         wait_until(lambda: "transient database error" in worker.stderr,
                    what="a log line about the fault", watch=[worker])
         assert "database recovered" in worker.stderr
-
-
-@pytest.mark.skipif(connection.vendor == "sqlite",
-                    reason="needs a second session to block and kill the worker's connection")
-def test_a_fault_while_discovering_a_new_partition_loses_no_message(workers):
-    sqlqueue.publish("orders", {"n": 0}, key="a")
-    worker = workers.start("discoverer", "--group", "billing", "--topic", "orders")
-    wait_until(lambda: watermark("billing", "orders", "a") > 0, what="the worker consuming",
-               watch=[worker])
-
-    # Another session holds the lease row the worker is about to create for key "new", so
-    # the worker's discovery INSERT waits on it; then that connection of the worker dies.
-    holding, release = threading.Event(), threading.Event()
-
-    def hold_lease_row() -> None:
-        with transaction.atomic():
-            PartitionLease.objects.create(consumer_group="billing", topic="orders",
-                                          partition_key="new")
-            holding.set()
-            release.wait(15)
-            transaction.set_rollback(True)
-
-    holder = start_thread(hold_lease_row, name="lease-row-holder")
-    try:
-        assert holding.wait(10)
-        new = sqlqueue.publish("orders", {"n": 1}, key="new")
-        blocked = wait_until(lambda: sessions_waiting_in("queue_partition_leases"),
-                             what="the worker's discovery INSERT waiting", watch=[worker])
-        assert end_sessions(blocked) == 1
-        wait_until(lambda: "transient database error" in worker.stderr,
-                   what="the worker noticing the fault", watch=[worker])
-    finally:
-        release.set()
-    holder.outcome()
-
-    wait_until(lambda: new.offset in handled_offsets(), timeout=4,
-               what="the message in the new partition handled", watch=[worker])
 
 
 def test_retry_with_a_delay_redelivers_after_that_delay(workers):

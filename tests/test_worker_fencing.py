@@ -21,6 +21,7 @@ from django_sqlqueue.models import PartitionLease
 from tests.testapp.models import Handled
 from tests.worker_harness import (
     lease_counts,
+    partition_of,
     position_of,
     wait_stable,
     wait_until,
@@ -58,7 +59,7 @@ def test_a_paused_worker_cannot_ack_or_deliver_after_its_lease_was_taken(workers
     try:
         b = workers.start("fence-b", "--topic", "slow", settings=FAST_LEASES)
         wait_until(
-            lambda: PartitionLease.objects.filter(topic="slow", partition_key="p",
+            lambda: PartitionLease.objects.filter(topic="slow", partition_key=partition_of("slow", "p"),
                                                   leased_by="fence-b").exists(),
             what="worker B taking over A's stale lease", watch=[b],
         )
@@ -77,7 +78,8 @@ def test_a_paused_worker_cannot_ack_or_deliver_after_its_lease_was_taken(workers
     wait_until(lambda: watermark("billing", "slow", "p") >= position_of(later[-1].offset),
                what="B's watermark passing every message", watch=[a, b])
 
-    lease = PartitionLease.objects.get(consumer_group="billing", topic="slow", partition_key="p")
+    lease = PartitionLease.objects.get(consumer_group="billing", topic="slow",
+                                      partition_key=partition_of("slow", "p"))
     assert (lease.leased_by, lease.generation) == ("fence-b", 2)
     assert runs("slow", message.offset) == [(1, a.pid), (2, b.pid)]  # A never redelivered it
     for m in later:
@@ -149,11 +151,11 @@ def test_leases_of_a_worker_with_a_slow_clock_are_not_stolen(workers):
     b = workers.start("true-clock", "--topic", "orders", "--group", "billing",
                       settings=FAST_LEASES)
     names = ["slow-clock", "true-clock"]
-    wait_stable(lambda: lease_counts(names), [2, 2], hold=1.0, what="a 2/2 split",
+    wait_stable(lambda: lease_counts(names), [6, 6], hold=1.0, what="a 6/6 split",
                 watch=[a, b])
     generations = dict(PartitionLease.objects.filter(topic="orders", consumer_group="billing")
                        .values_list("partition_key", "generation"))
     time.sleep(2.5)  # longer than LEASE_DURATION: every lease has been renewed meanwhile
-    assert lease_counts(names) == [2, 2]
+    assert lease_counts(names) == [6, 6]
     assert dict(PartitionLease.objects.filter(topic="orders", consumer_group="billing")
                 .values_list("partition_key", "generation")) == generations

@@ -26,7 +26,9 @@ from typing import Any, TypeVar
 
 from django.db import connection
 
-from django_sqlqueue.models import ConsumerOffset, PartitionLease, QueueMessage
+from django_sqlqueue.conf import get_settings
+from django_sqlqueue.models import ConsumerOffset, PartitionLease, QueueMessage, Topic
+from django_sqlqueue.partitioning import partition_for
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
@@ -65,6 +67,16 @@ def run_command(*args: str, settings: dict[str, Any] | None = None,
     errors, which end the process at once)."""
     return subprocess.run(
         command(*args), cwd=REPO_ROOT, env=worker_env(settings, settings_module),
+        capture_output=True, text=True, timeout=timeout, check=False,
+    )
+
+
+def run_manage(*args: str, settings: dict[str, Any] | None = None,
+               timeout: float = 60.0) -> subprocess.CompletedProcess[str]:
+    """Run ``manage.py <args>`` (any command) against the test database to completion and
+    capture its output."""
+    return subprocess.run(
+        [sys.executable, "-m", "django", *args], cwd=REPO_ROOT, env=worker_env(settings),
         capture_output=True, text=True, timeout=timeout, check=False,
     )
 
@@ -257,16 +269,27 @@ def wait_stable(read: Callable[[], T], expected: T, hold: float, timeout: float 
 # --------------------------------------------------------------------------- queue state
 
 
+def partition_of(topic: str, key: str) -> str:
+    """The partition ``key`` maps to in ``topic`` (its recorded count, else the setting)."""
+    count = Topic.objects.filter(topic=topic).values_list("partitions", flat=True).first()
+    return str(partition_for(key, count or get_settings().partitions_for(topic)))
+
+
 def watermark(group: str, topic: str, key: str) -> int:
-    """The group's watermark (a log position) for the partition; 0 before it has one."""
+    """The group's watermark (a log position) for the partition ``key`` maps to; 0 before
+    it has one. Every message of the key at or below it has been acked."""
+    return partition_watermark(group, topic, partition_of(topic, key))
+
+
+def partition_watermark(group: str, topic: str, partition: str) -> int:
     row = ConsumerOffset.objects.filter(
-        consumer_group=group, topic=topic, partition_key=key
+        consumer_group=group, topic=topic, partition_key=partition
     ).values_list("offset_acked", flat=True).first()
     return int(row or 0)
 
 
 def partition_heads(topic: str) -> dict[str, int]:
-    """{key: highest position} of the topic's sequenced messages."""
+    """{partition: highest position} of the topic's sequenced messages."""
     heads: dict[str, int] = {}
     for key, position in QueueMessage.objects.filter(
         topic=topic, position__isnull=False

@@ -5,7 +5,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from ..models.messages import MessageRow
 
 
 @dataclass
@@ -26,7 +29,15 @@ class Message:
     attempt: int
     group: str = ""
     position: int = 0
+    partition: str = ""  # the partition of its topic the key maps to
     _extend: Callable[[float], None] | None = field(default=None, repr=False, compare=False)
+
+    @classmethod
+    def from_row(cls, row: MessageRow, group: str, attempt: int, partition: str) -> Message:
+        from ..rows import common_fields
+
+        return cls(offset=row.offset, position=row.position or 0, attempt=attempt, group=group,
+                   partition=partition, **common_fields(row))
 
     def extend_visibility(self, seconds: float) -> None:
         """Keep this message invisible to other deliveries for ``seconds`` more, from now.

@@ -40,7 +40,7 @@ class Subscription:
 
     @property
     def strict(self) -> bool:
-        """batch_size=1: one message in flight per partition, strictly in order."""
+        """batch_size=1: one message in flight per key, strictly in log order."""
         return self.batch_size == 1
 
     @property

@@ -1,8 +1,13 @@
-"""Small builders for the SQL shapes the table modules share."""
+"""Small builders for the SQL shapes the table modules share.
+
+Every identifier goes through :func:`quoter`: the RFC's column names include ``offset``,
+a reserved word on PostgreSQL and SQLite, so unquoted SQL would not even parse there.
+Values are always bound parameters, never formatted into the text.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 from django.db.backends.base.base import BaseDatabaseWrapper
@@ -16,6 +21,10 @@ MAX_UNION_BRANCHES = 200
 def quoter(connection: BaseDatabaseWrapper) -> Callable[[str], str]:
     """A ``q(name)`` function quoting identifiers for this connection."""
     return lambda name: vendor.quote(connection, name)
+
+
+def placeholders(count: int) -> str:
+    return ", ".join(["%s"] * count)
 
 
 def union_all(branches: Sequence[str]) -> str:
@@ -46,21 +55,62 @@ def execute(connection: BaseDatabaseWrapper, sql: str, params: Sequence[Any]) ->
         return int(cursor.rowcount)
 
 
+def on_conflict_update(
+    connection: BaseDatabaseWrapper, table: str, conflict_columns: Sequence[str],
+    assignments: Mapping[str, str],
+) -> str:
+    """The tail of an ``INSERT`` that updates the existing row on a key conflict.
+
+    ``assignments`` maps a column to an expression in which ``{old}`` is the stored value
+    and ``{new}`` the value the INSERT tried to write, e.g. ``{"n": "{old} + 1"}``.
+    """
+    q = quoter(connection)
+    if connection.vendor == "mysql":
+        sets = ", ".join(
+            f"{q(column)} = " + expr.format(old=q(column), new=f"VALUES({q(column)})")
+            for column, expr in assignments.items()
+        )
+        return f" ON DUPLICATE KEY UPDATE {sets}"
+    sets = ", ".join(
+        f"{q(column)} = " + expr.format(old=f"{q(table)}.{q(column)}", new=f"EXCLUDED.{q(column)}")
+        for column, expr in assignments.items()
+    )
+    return f" ON CONFLICT ({', '.join(q(c) for c in conflict_columns)}) DO UPDATE SET {sets}"
+
+
+def insert_ignore(connection: BaseDatabaseWrapper, conflict_columns: Sequence[str]) -> tuple[str, str]:
+    """(prefix, suffix) for an INSERT that silently skips rows whose key already exists.
+
+    On MySQL this is ``INSERT IGNORE``, which also turns data errors (a value too long for
+    its column) into warnings: use it only for rows whose values cannot be out of range.
+    """
+    if connection.vendor == "mysql":
+        return "INSERT IGNORE INTO", ""
+    q = quoter(connection)
+    return "INSERT INTO", f" ON CONFLICT ({', '.join(q(c) for c in conflict_columns)}) DO NOTHING"
+
+
 def insert_missing_partitions(
-    connection: BaseDatabaseWrapper, table: str, group: str, topic: str, keys: Sequence[str],
+    connection: BaseDatabaseWrapper, table: str, group: str, topic: str, partitions: Sequence[str],
     defaults: dict[str, str],
 ) -> None:
-    """Insert a (consumer_group, topic, partition_key) row per key unless it exists.
+    """Insert a (consumer_group, topic, partition_key) row per partition unless it exists.
 
     ``defaults`` maps the table's other columns to the SQL for their initial value.
     """
     q = quoter(connection)
-    prefix, suffix = vendor.insert_ignore_sql(connection, ("consumer_group", "topic", "partition_key"))
+    prefix, suffix = insert_ignore(connection, ("consumer_group", "topic", "partition_key"))
     columns = ", ".join(q(c) for c in ("consumer_group", "topic", "partition_key", *defaults))
     row = "(%s, %s, %s, " + ", ".join(defaults.values()) + ")"
-    for batch in chunks(list(keys), 500):
+    for batch in chunks(list(partitions), 500):
         execute(
             connection,
             f"{prefix} {q(table)} ({columns}) VALUES {', '.join([row] * len(batch))}{suffix}",
-            [v for key in batch for v in (group, topic, key)],
+            [v for partition in batch for v in (group, topic, partition)],
         )
+
+
+def row_values(rows: int, width: int) -> str:
+    """``(%s, %s), (%s, %s)`` for a row-value IN list."""
+    one = "(" + placeholders(width) + ")"
+    return ", ".join([one] * rows)

@@ -6,8 +6,6 @@ upserts) instead of testing ``connection.vendor`` themselves.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
 from django.db.backends.base.base import BaseDatabaseWrapper
 
 
@@ -41,31 +39,6 @@ def supports_returning(connection: BaseDatabaseWrapper) -> bool:
     return True
 
 
-def insert_keep_existing_sql(
-    connection: BaseDatabaseWrapper, conflict_columns: Sequence[str], touch_column: str
-) -> str:
-    """The tail of an INSERT that keeps the existing row on a unique conflict.
-
-    The no-op update (rather than DO NOTHING / INSERT IGNORE) is deliberate: RETURNING
-    then yields the stored row for duplicates too, and MySQL's INSERT IGNORE would also
-    silence data errors such as truncation.
-    """
-    col = quote(connection, touch_column)
-    if connection.vendor == "mysql":
-        return f" ON DUPLICATE KEY UPDATE {col} = {col}"
-    conflict = ", ".join(quote(connection, c) for c in conflict_columns)
-    return f" ON CONFLICT ({conflict}) DO UPDATE SET {col} = EXCLUDED.{col}"
-
-
-def insert_ignore_sql(connection: BaseDatabaseWrapper, conflict_columns: Sequence[str]) -> tuple[str, str]:
-    """(prefix, suffix) for an INSERT that silently skips rows whose key already exists."""
-    if connection.vendor == "mysql":
-        # Only used for rows we build ourselves (no user data), so IGNORE cannot hide truncation.
-        return "INSERT IGNORE INTO", ""
-    conflict = ", ".join(quote(connection, c) for c in conflict_columns)
-    return "INSERT INTO", f" ON CONFLICT ({conflict}) DO NOTHING"
-
-
 def skip_locked_sql(connection: BaseDatabaseWrapper) -> str:
     """Lock the selected rows but pass over rows other transactions hold.
 
@@ -75,7 +48,6 @@ def skip_locked_sql(connection: BaseDatabaseWrapper) -> str:
     if connection.vendor == "sqlite":
         return ""
     return " FOR UPDATE SKIP LOCKED"
-
 
 
 def for_share_sql(connection: BaseDatabaseWrapper) -> str:
@@ -93,16 +65,6 @@ def true_sql(connection: BaseDatabaseWrapper) -> str:
 
 def false_sql(connection: BaseDatabaseWrapper) -> str:
     return "FALSE" if connection.vendor == "postgresql" else "0"
-
-
-def placeholders(count: int) -> str:
-    return ", ".join(["%s"] * count)
-
-
-def row_values(rows: int, width: int) -> str:
-    """``(%s, %s), (%s, %s)`` for a row-value IN list."""
-    one = "(" + placeholders(width) + ")"
-    return ", ".join([one] * rows)
 
 
 def json_param_sql(connection: BaseDatabaseWrapper) -> str:

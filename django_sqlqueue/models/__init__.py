@@ -6,6 +6,7 @@ from .leases import PartitionLease
 from .messages import QueueMessage
 from .offsets import ConsumerOffset
 from .sequencer import LogSequencer
+from .topics import Topic
 
 __all__ = [
     "ConsumerOffset",
@@ -14,4 +15,5 @@ __all__ = [
     "PartitionLease",
     "QueueMessage",
     "SubscriberHeartbeat",
+    "Topic",
 ]

@@ -1,18 +1,49 @@
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, NamedTuple
 
 from django.db import connections, models
 
 from ..db import sql as sqlb
 from ..db import vendor
-from .fields import GROUP_LENGTH, KEY_LENGTH, TOPIC_LENGTH
+from .fields import ERROR_LENGTH, GROUP_LENGTH, KEY_LENGTH, TOPIC_LENGTH
+from .messages import MessageRow, message_row, select_columns
 
 _PK = ("consumer_group", "topic", "partition_key", "message_offset")
-ERROR_LENGTH = 10_000  # characters of a handler's error kept (MySQL TEXT holds 64 KiB)
+# retry_count of a row written for a message that was read but not yet delivered (delayed,
+# or waiting behind an earlier message of its key): the first delivery makes it 0.
+NEVER_DELIVERED = -1
 
-# (partition_key, message_offset)
-MessageRef = tuple[str, int]
+
+class MessageRef(NamedTuple):
+    partition: str
+    offset: int
+
+
+class DeliveryRow(NamedTuple):
+    """A group's delivery state for one message."""
+
+    acked: bool
+    retry_count: int  # NEVER_DELIVERED, or redeliveries so far (attempt = retry_count + 1)
+    invisible_until: int  # epoch ms, database clock
+    last_error: str
+
+
+class ReadRow(NamedTuple):
+    """A message read for a group: the log row and, if it has one, its delivery state."""
+
+    partition: str
+    message: MessageRow
+    delivery: DeliveryRow | None
+
+
+class Hold(NamedTuple):
+    """A message read but not delivered yet, kept invisible until ``until`` (epoch ms)."""
+
+    partition: str
+    offset: int
+    until: int
 
 
 def _refs_sql(q: Callable[[str], str], refs: Sequence[MessageRef]) -> tuple[str, list[object]]:
@@ -24,31 +55,104 @@ def _refs_sql(q: Callable[[str], str], refs: Sequence[MessageRef]) -> tuple[str,
     two workers deadlock. The leading ``partition_key IN`` keeps every plan inside this
     worker's own partitions.
     """
-    by_key: dict[str, list[int]] = {}
-    for key, offset in refs:
-        by_key.setdefault(key, []).append(offset)
+    by_partition: dict[str, list[int]] = {}
+    for partition, offset in refs:
+        by_partition.setdefault(partition, []).append(offset)
     terms, params = [], []
-    for key, offsets in by_key.items():
+    for partition, offsets in by_partition.items():
         terms.append(
             f"({q('partition_key')} = %s AND {q('message_offset')} IN "
-            f"({vendor.placeholders(len(offsets))}))"
+            f"({sqlb.placeholders(len(offsets))}))"
         )
-        params += [key, *offsets]
-    keys = list(by_key)
+        params += [partition, *offsets]
+    partitions = list(by_partition)
     return (
-        f"{q('partition_key')} IN ({vendor.placeholders(len(keys))}) AND ("
+        f"{q('partition_key')} IN ({sqlb.placeholders(len(partitions))}) AND ("
         + " OR ".join(terms) + ")",
-        [*keys, *params],
+        [*partitions, *params],
     )
 
 
 class DeliveryStateManager(models.Manager["DeliveryState"]):
-    """SQL for ``queue_delivery_state``: deliver, ack, nack, extend, clean up.
+    """SQL for ``queue_delivery_state``: read a group's view of the log, deliver, hold, ack,
+    nack, extend, clean up.
 
-    The worker calls these inside its tick transaction, after it has share-locked its own
+    The worker calls these inside its poll transaction, after it has share-locked its own
     lease rows: that lock is the fence that keeps a worker which lost a partition from
     writing on its behalf.
     """
+
+    # ----------------------------------------------------------------- reads
+
+    def read_new(
+        self, group: str, topic: str, ranges: Mapping[str, tuple[int, int]], using: str,
+    ) -> list[ReadRow]:
+        """Per partition ``{partition: (cursor, limit)}``, the first ``limit`` messages
+        positioned above the cursor, in position order, with the group's delivery state.
+
+        Above a partition's read cursor a group normally has no delivery rows; where it
+        has (state migrated from an earlier schema), they are honoured, not overwritten.
+        """
+        connection = connections[using]
+        q = sqlb.quoter(connection)
+        branch = (
+            f"SELECT m.{q('partition_key')} AS part, {select_columns(connection, 'm')}, "
+            f"d.{q('acked')} AS d_acked, d.{q('retry_count')} AS d_retries, "
+            f"d.{q('invisible_until')} AS d_invisible, d.{q('last_error')} AS d_error "
+            f"FROM {q('queue_messages')} m LEFT JOIN {q('queue_delivery_state')} d "
+            f"ON d.{q('consumer_group')} = %s AND d.{q('topic')} = m.{q('topic')} "
+            f"AND d.{q('partition_key')} = m.{q('partition_key')} "
+            f"AND d.{q('message_offset')} = m.{q('offset')} "
+            f"WHERE m.{q('topic')} = %s AND m.{q('partition_key')} = %s AND m.{q('position')} > %s "
+            f"ORDER BY m.{q('position')} LIMIT %s"
+        )
+        result: list[ReadRow] = []
+        for partitions in sqlb.chunks(list(ranges)):
+            params: list[Any] = []
+            for partition in partitions:
+                cursor, limit = ranges[partition]
+                params += [group, topic, partition, cursor, limit]
+            for values in sqlb.fetch_all(connection, sqlb.union_all([branch] * len(partitions)),
+                                         params):
+                partition, *message, acked, retries, invisible, error = values
+                delivery = None if acked is None else DeliveryRow(
+                    bool(acked), int(retries), int(invisible), error or "")
+                result.append(ReadRow(partition, message_row(message), delivery))
+        result.sort(key=lambda row: row.message.position or 0)
+        return result
+
+    def unacked_window(
+        self, group: str, topic: str, windows: Mapping[str, tuple[int, int]], using: str,
+    ) -> list[ReadRow]:
+        """Per partition ``{partition: (watermark, cursor)}``, every message in
+        (watermark, cursor] the group has not acked, with its delivery state: what a worker
+        that takes over a partition must know. Bounded by the unacked messages, not by the
+        acked ones behind a slow head."""
+        connection = connections[using]
+        q = sqlb.quoter(connection)
+        false = vendor.false_sql(connection)
+        result: list[ReadRow] = []
+        for partition, (watermark, cursor) in windows.items():
+            if cursor <= watermark:
+                continue
+            for values in sqlb.fetch_all(
+                connection,
+                f"SELECT {select_columns(connection, 'm')}, d.{q('retry_count')}, "
+                f"d.{q('invisible_until')}, d.{q('last_error')} "
+                f"FROM {q('queue_delivery_state')} d JOIN {q('queue_messages')} m "
+                f"ON m.{q('offset')} = d.{q('message_offset')} "
+                f"WHERE d.{q('consumer_group')} = %s AND d.{q('topic')} = %s "
+                f"AND d.{q('partition_key')} = %s AND d.{q('acked')} = {false} "
+                f"AND m.{q('position')} > %s AND m.{q('position')} <= %s",
+                [group, topic, partition, watermark, cursor],
+            ):
+                *message, retries, invisible, error = values
+                result.append(ReadRow(partition, message_row(message),
+                                      DeliveryRow(False, int(retries), int(invisible), error or "")))
+        result.sort(key=lambda row: row.message.position or 0)
+        return result
+
+    # ----------------------------------------------------------------- writes
 
     def mark_delivered(
         self, group: str, topic: str, refs: Sequence[MessageRef], invisible_until: int,
@@ -62,26 +166,38 @@ class DeliveryStateManager(models.Manager["DeliveryState"]):
         false = vendor.false_sql(connection)
         columns = ", ".join(q(c) for c in (*_PK, "acked", "invisible_until", "retry_count", "last_error"))
         values = ", ".join([f"(%s, %s, %s, %s, {false}, %s, 0, '')"] * len(refs))
-        if connection.vendor == "mysql":
-            tail = (
-                f" ON DUPLICATE KEY UPDATE {q('retry_count')} = {q('retry_count')} + 1, "
-                f"{q('invisible_until')} = VALUES({q('invisible_until')})"
-            )
-        else:
-            table = q("queue_delivery_state")
-            tail = (
-                f" ON CONFLICT ({', '.join(q(c) for c in _PK)}) DO UPDATE SET "
-                f"{q('retry_count')} = {table}.{q('retry_count')} + 1, "
-                f"{q('invisible_until')} = EXCLUDED.{q('invisible_until')}"
-            )
+        tail = sqlb.on_conflict_update(connection, "queue_delivery_state", _PK, {
+            "retry_count": "{old} + 1", "invisible_until": "{new}",
+        })
         params: list[object] = []
-        for key, offset in refs:
-            params += [group, topic, key, offset, invisible_until]
+        for partition, offset in refs:
+            params += [group, topic, partition, offset, invisible_until]
         sqlb.execute(
             connection,
             f"INSERT INTO {q('queue_delivery_state')} ({columns}) VALUES {values}{tail}",
             params,
         )
+
+    def hold(self, group: str, topic: str, holds: Sequence[Hold], using: str) -> None:
+        """Record messages read but not delivered yet (delayed, or behind their key), so a
+        worker that takes the partition over finds them without re-reading the log."""
+        if not holds:
+            return
+        connection = connections[using]
+        q = sqlb.quoter(connection)
+        false = vendor.false_sql(connection)
+        prefix, suffix = sqlb.insert_ignore(connection, _PK)
+        columns = ", ".join(q(c) for c in (*_PK, "acked", "invisible_until", "retry_count", "last_error"))
+        for batch in sqlb.chunks(list(holds), 500):
+            values = ", ".join([f"(%s, %s, %s, %s, {false}, %s, {NEVER_DELIVERED}, '')"] * len(batch))
+            params: list[object] = []
+            for partition, offset, until in batch:
+                params += [group, topic, partition, offset, until]
+            sqlb.execute(
+                connection,
+                f"{prefix} {q('queue_delivery_state')} ({columns}) VALUES {values}{suffix}",
+                params,
+            )
 
     def ack(self, group: str, topic: str, refs: Sequence[MessageRef], using: str,
             error: str = "") -> int:
@@ -118,7 +234,7 @@ class DeliveryStateManager(models.Manager["DeliveryState"]):
         """Push back the visibility timeout of in-flight messages, without counting a retry.
 
         ``fence`` = (worker name, lease generation) makes the statement check ownership
-        itself, for callers outside the worker's fenced tick (a handler's own extension).
+        itself, for callers outside the worker's fenced poll (a handler's own extension).
         """
         if not refs:
             return 0
@@ -150,20 +266,34 @@ class DeliveryStateManager(models.Manager["DeliveryState"]):
             return 0
         connection = connections[using]
         q = sqlb.quoter(connection)
-        where, params = _refs_sql(q, refs)
-        return sqlb.execute(
-            connection,
-            f"DELETE FROM {q('queue_delivery_state')} WHERE {q('consumer_group')} = %s "
-            f"AND {q('topic')} = %s AND {where} AND {q('acked')} = {vendor.true_sql(connection)}",
-            [group, topic, *params],
+        deleted = 0
+        for batch in sqlb.chunks(list(refs), 500):
+            where, params = _refs_sql(q, batch)
+            deleted += sqlb.execute(
+                connection,
+                f"DELETE FROM {q('queue_delivery_state')} WHERE {q('consumer_group')} = %s "
+                f"AND {q('topic')} = %s AND {where} AND {q('acked')} = {vendor.true_sql(connection)}",
+                [group, topic, *params],
+            )
+        return deleted
+
+    def delete_topic(self, topic: str, using: str) -> int:
+        """Delete every group's delivery rows of ``topic`` (its messages are gone), a group
+        at a time: each DELETE is then a primary-key range, not a scan of other topics'."""
+        groups = list(
+            self.using(using).filter(topic=topic).values_list("consumer_group", flat=True).distinct()
         )
+        return sum(self.using(using).filter(consumer_group=group, topic=topic).delete()[0]
+                   for group in groups)
 
 
 class DeliveryState(models.Model):
     """One consumer group's delivery of one message (the RFC's ``queue_delivery_state``).
 
     Beyond the RFC: ``last_error`` keeps the handler's most recent failure so the DLQ copy
-    (and an operator) can see why a message is being retried.
+    (and an operator) can see why a message is being retried; ``retry_count`` is -1 for a
+    message the group's worker has read but not delivered yet (delayed, or waiting behind
+    an earlier message of its key in strict mode).
     """
 
     pk = models.CompositePrimaryKey("consumer_group", "topic", "partition_key", "message_offset")
@@ -174,7 +304,7 @@ class DeliveryState(models.Model):
     acked = models.BooleanField(default=False)
     # Epoch ms (database clock); only meaningful while acked is false.
     invisible_until = models.BigIntegerField(default=0)
-    # Redeliveries so far: the attempt number is retry_count + 1.
+    # Redeliveries so far: the attempt number is retry_count + 1 (-1: not delivered yet).
     retry_count = models.IntegerField(default=0)
     last_error = models.TextField(blank=True, default="")
 

@@ -6,3 +6,4 @@ KEY_LENGTH = 255
 ID_LENGTH = 128
 GROUP_LENGTH = 100
 SUBSCRIBER_NAME_LENGTH = 255
+ERROR_LENGTH = 10_000  # characters of a handler's error kept (MySQL TEXT holds 64 KiB)

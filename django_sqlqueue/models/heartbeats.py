@@ -15,16 +15,11 @@ class SubscriberHeartbeatManager(models.Manager["SubscriberHeartbeat"]):
         connection = connections[using]
         q = sqlb.quoter(connection)
         columns = f"{q('consumer_group')}, {q('topic')}, {q('subscriber_name')}"
-        if connection.vendor == "mysql":
-            tail = (
-                f" ON DUPLICATE KEY UPDATE {q('heartbeat_at')} = VALUES({q('heartbeat_at')}), "
-                f"{q('deregistered_at')} = 0"
-            )
-        else:
-            tail = (
-                f" ON CONFLICT ({columns}) DO UPDATE SET "
-                f"{q('heartbeat_at')} = EXCLUDED.{q('heartbeat_at')}, {q('deregistered_at')} = 0"
-            )
+        tail = sqlb.on_conflict_update(
+            connection, "queue_subscriber_heartbeats",
+            ("consumer_group", "topic", "subscriber_name"),
+            {"heartbeat_at": "{new}", "deregistered_at": "0"},
+        )
         sqlb.execute(
             connection,
             f"INSERT INTO {q('queue_subscriber_heartbeats')} ({columns}, {q('heartbeat_at')}, "
@@ -59,8 +54,6 @@ class SubscriberHeartbeatManager(models.Manager["SubscriberHeartbeat"]):
         for topic, group in rows:
             result[topic].append(group)
         return result
-
-
 
 
 class SubscriberHeartbeat(models.Model):

@@ -1,6 +1,6 @@
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 
 from django.db import connections, models
 
@@ -39,7 +39,7 @@ class PartitionLeaseManager(models.Manager["PartitionLease"]):
                     f"SELECT {q('partition_key')}, {q('leased_by')}, {q('generation')} "
                     f"FROM {q('queue_partition_leases')} WHERE {q('consumer_group')} = %s "
                     f"AND {q('topic')} = %s AND {q('partition_key')} IN "
-                    f"({vendor.placeholders(len(batch))})" + vendor.for_share_sql(connection),
+                    f"({sqlb.placeholders(len(batch))})" + vendor.for_share_sql(connection),
                     [group, topic, *batch],
                 )
                 owned.update(
@@ -47,16 +47,14 @@ class PartitionLeaseManager(models.Manager["PartitionLease"]):
                 )
         return owned
 
-    def ensure_partitions(self, group: str, topic: str, keys: Sequence[str], using: str) -> None:
+    def ensure_partitions(self, group: str, topic: str, partitions: Sequence[str],
+                          using: str) -> None:
         """Create free lease rows for partitions that have none yet."""
-        if keys:
+        if partitions:
             sqlb.insert_missing_partitions(
-                connections[using], "queue_partition_leases", group, topic, keys,
+                connections[using], "queue_partition_leases", group, topic, partitions,
                 {"leased_by": "''", "leased_at": "0", "lease_renewed_at": "0", "generation": "0"},
             )
-
-    def count_partitions(self, group: str, topic: str, using: str) -> int:
-        return self.using(using).filter(consumer_group=group, topic=topic).count()
 
     def claimable(self, group: str, topic: str, stale_before_ms: int, limit: int,
                   using: str) -> list[str]:
@@ -85,7 +83,7 @@ class PartitionLeaseManager(models.Manager["PartitionLease"]):
             f"{q('leased_at')} = %s, {q('lease_renewed_at')} = %s, "
             f"{q('generation')} = {q('generation')} + 1 "
             f"WHERE {q('consumer_group')} = %s AND {q('topic')} = %s "
-            f"AND {q('partition_key')} IN ({vendor.placeholders(len(keys))}) "
+            f"AND {q('partition_key')} IN ({sqlb.placeholders(len(keys))}) "
             f"AND ({q('leased_by')} = '' OR {q('lease_renewed_at')} < %s)",
             [worker[:SUBSCRIBER_NAME_LENGTH], now_ms, now_ms, group, topic, *keys,
              stale_before_ms],
@@ -124,9 +122,30 @@ class PartitionLeaseManager(models.Manager["PartitionLease"]):
             f"UPDATE {q('queue_partition_leases')} SET {q('leased_by')} = '', "
             f"{q('lease_renewed_at')} = 0 WHERE {q('consumer_group')} = %s AND {q('topic')} = %s "
             f"AND {q('leased_by')} = %s AND ({q('partition_key')}, {q('generation')}) IN "
-            f"({vendor.row_values(len(held), 2)})",
+            f"({sqlb.row_values(len(held), 2)})",
             [group, topic, worker, *[v for item in held.items() for v in item]],
         )
+
+    def delete_other_partitions(self, topic: str, keep: Collection[str], using: str) -> int:
+        """Delete every group's lease rows of the topic's partitions not in ``keep`` (the
+        topic shrank); a worker holding one finds it gone and drops the partition.
+
+        Each DELETE names its group, so it locks a primary-key range rather than scanning
+        (and waiting for) lease rows that workers of other topics hold.
+        """
+        doomed: dict[str, list[str]] = {}
+        for group, partition in (
+            self.using(using).filter(topic=topic)
+            .values_list("consumer_group", "partition_key").distinct()
+        ):
+            if partition not in keep:
+                doomed.setdefault(group, []).append(partition)
+        deleted = 0
+        for group, partitions in doomed.items():
+            for batch in sqlb.chunks(partitions, 500):
+                deleted += self.using(using).filter(
+                    consumer_group=group, topic=topic, partition_key__in=batch).delete()[0]
+        return deleted
 
 
 class PartitionLease(models.Model):

@@ -1,6 +1,7 @@
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
+from typing import NamedTuple
 
 from django.db import connections, models
 
@@ -9,45 +10,62 @@ from ..db import vendor
 from .fields import GROUP_LENGTH, KEY_LENGTH, TOPIC_LENGTH
 
 
+class Progress(NamedTuple):
+    """A group's progress through one partition, both in log positions."""
+
+    acked: int  # the watermark: every message at or below it is acked
+    fetched: int  # the read cursor: every message at or below it has a delivery row (or is acked)
+
+
 class ConsumerOffsetManager(models.Manager["ConsumerOffset"]):
     """SQL for ``queue_offsets``: read and advance watermarks, find the GC horizon."""
 
-    def ensure(self, group: str, topic: str, keys: Sequence[str], using: str) -> None:
+    def ensure(self, group: str, topic: str, partitions: Sequence[str], using: str) -> None:
         """Start a watermark at 0 for partitions that have none yet."""
-        if keys:
+        if partitions:
             connection = connections[using]
             sqlb.insert_missing_partitions(
-                connection, "queue_offsets", group, topic, keys,
-                {"offset_acked": "0", "updated_at": vendor.now_ms_sql(connection)},
+                connection, "queue_offsets", group, topic, partitions,
+                {"offset_acked": "0", "offset_fetched": "0",
+                 "updated_at": vendor.now_ms_sql(connection)},
             )
 
-    def watermarks(self, group: str, topic: str, keys: Sequence[str], using: str) -> dict[str, int]:
-        result: dict[str, int] = {}
-        for batch in sqlb.chunks(list(keys), 500):
-            result.update(
+    def progress(self, group: str, topic: str, partitions: Sequence[str],
+                 using: str) -> dict[str, Progress]:
+        """Each partition's (watermark, read cursor)."""
+        result: dict[str, Progress] = {}
+        for batch in sqlb.chunks(list(partitions), 500):
+            for partition, acked, fetched in (
                 self.using(using)
                 .filter(consumer_group=group, topic=topic, partition_key__in=batch)
-                .values_list("partition_key", "offset_acked")
-            )
+                .values_list("partition_key", "offset_acked", "offset_fetched")
+            ):
+                result[partition] = Progress(int(acked), max(int(acked), int(fetched)))
         return result
 
-    def advance(self, group: str, topic: str, watermarks: dict[str, int], now_ms: int,
-                using: str) -> int:
-        """Move watermarks forward (never back), one statement for all partitions."""
-        if not watermarks:
+    def save_progress(self, group: str, topic: str, progress: dict[str, Progress], now_ms: int,
+                      using: str) -> int:
+        """Move watermarks and read cursors forward (never back), one statement for all."""
+        if not progress:
             return 0
         connection = connections[using]
         q = sqlb.quoter(connection)
-        cases = " ".join(["WHEN %s THEN %s"] * len(watermarks))
-        new_value = f"CASE {q('partition_key')} {cases} END"
-        params: list[object] = [v for item in watermarks.items() for v in item]
+        cases = " ".join(["WHEN %s THEN %s"] * len(progress))
+        acked = f"CASE {q('partition_key')} {cases} END"
+        fetched = f"CASE {q('partition_key')} {cases} END"
+        acked_params: list[object] = [v for p, mark in progress.items() for v in (p, mark.acked)]
+        fetched_params: list[object] = [v for p, mark in progress.items() for v in (p, mark.fetched)]
         return sqlb.execute(
             connection,
-            f"UPDATE {q('queue_offsets')} SET {q('offset_acked')} = {new_value}, "
+            f"UPDATE {q('queue_offsets')} SET "
+            f"{q('offset_acked')} = CASE WHEN {q('offset_acked')} < {acked} THEN {acked} "
+            f"ELSE {q('offset_acked')} END, "
+            f"{q('offset_fetched')} = CASE WHEN {q('offset_fetched')} < {fetched} THEN {fetched} "
+            f"ELSE {q('offset_fetched')} END, "
             f"{q('updated_at')} = %s WHERE {q('consumer_group')} = %s AND {q('topic')} = %s "
-            f"AND {q('partition_key')} IN ({vendor.placeholders(len(watermarks))}) "
-            f"AND {q('offset_acked')} < {new_value}",
-            [*params, now_ms, group, topic, *watermarks, *params],
+            f"AND {q('partition_key')} IN ({sqlb.placeholders(len(progress))})",
+            [*acked_params, *acked_params, *fetched_params, *fetched_params, now_ms, group, topic,
+             *progress],
         )
 
     def gc_horizons(self, topic: str, groups: Sequence[str], using: str) -> dict[str, int]:
@@ -60,11 +78,43 @@ class ConsumerOffsetManager(models.Manager["ConsumerOffset"]):
         rows = sqlb.fetch_all(
             connection,
             f"SELECT {q('partition_key')}, MIN({q('offset_acked')}), COUNT(*) FROM {q('queue_offsets')} "
-            f"WHERE {q('topic')} = %s AND {q('consumer_group')} IN ({vendor.placeholders(len(groups))}) "
+            f"WHERE {q('topic')} = %s AND {q('consumer_group')} IN ({sqlb.placeholders(len(groups))}) "
             f"GROUP BY {q('partition_key')}",
             [topic, *groups],
         )
         return {r[0]: int(r[1]) for r in rows if int(r[2]) == len(groups) and int(r[1]) > 0}
+
+    def unconsumed_counts(self, topic: str, groups: Sequence[str], using: str) -> dict[str, int]:
+        """Per group, how many of the topic's sequenced messages lie above the group's
+        watermark of their partition (0 where it has no watermark yet)."""
+        connection = connections[using]
+        q = sqlb.quoter(connection)
+        sql = (
+            f"SELECT COUNT(*) FROM {q('queue_messages')} m LEFT JOIN {q('queue_offsets')} o "
+            f"ON o.{q('consumer_group')} = %s AND o.{q('topic')} = m.{q('topic')} "
+            f"AND o.{q('partition_key')} = m.{q('partition_key')} "
+            f"WHERE m.{q('topic')} = %s AND m.{q('position')} IS NOT NULL "
+            f"AND m.{q('position')} > COALESCE(o.{q('offset_acked')}, 0)"
+        )
+        return {group: int(sqlb.fetch_all(connection, sql, [group, topic])[0][0])
+                for group in groups}
+
+    def delete_other_partitions(self, topic: str, keep: Collection[str], using: str) -> int:
+        """Delete every group's watermarks of the topic's partitions not in ``keep`` (the
+        topic shrank). Each DELETE names its group, so it is a primary-key range."""
+        doomed: dict[str, list[str]] = {}
+        for group, partition in (
+            self.using(using).filter(topic=topic)
+            .values_list("consumer_group", "partition_key").distinct()
+        ):
+            if partition not in keep:
+                doomed.setdefault(group, []).append(partition)
+        deleted = 0
+        for group, partitions in doomed.items():
+            for batch in sqlb.chunks(partitions, 500):
+                deleted += self.using(using).filter(
+                    consumer_group=group, topic=topic, partition_key__in=batch).delete()[0]
+        return deleted
 
 
 class ConsumerOffset(models.Model):
@@ -72,7 +122,8 @@ class ConsumerOffset(models.Model):
 
     ``offset_acked`` is measured in log *positions* (see ``QueueMessage.position``), the
     commit-ordered sequence consumers read by: every message of the partition whose
-    position is at or below it has been acked by the group.
+    position is at or below it has been acked by the group. ``partition_key`` is the
+    partition number (see ``QueueMessage``).
     """
 
     pk = models.CompositePrimaryKey("consumer_group", "topic", "partition_key")
@@ -80,6 +131,11 @@ class ConsumerOffset(models.Model):
     topic = models.CharField(max_length=TOPIC_LENGTH)
     partition_key = models.CharField(max_length=KEY_LENGTH, blank=True)
     offset_acked = models.BigIntegerField(default=0)
+    # Beyond the RFC: the read cursor (a position). Every message of the partition at or
+    # below it has a delivery row for the group, or is at or below offset_acked, so a
+    # worker that takes the partition over reads on from here instead of re-reading the
+    # acked messages behind a slow head.
+    offset_fetched = models.BigIntegerField(db_default=0)
     updated_at = models.BigIntegerField(default=0)  # epoch ms, database clock
 
     objects = ConsumerOffsetManager()

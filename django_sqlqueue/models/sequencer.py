@@ -2,13 +2,14 @@ from __future__ import annotations
 
 from django.db import connections, models
 
+from ..db import sql as sqlb
 from ..db import vendor
 
 DEFAULT_SEQUENCER = "default"
 
 
 class LogSequencerManager(models.Manager["LogSequencer"]):
-    """SQL for ``queue_sequencer``: lock the counter, advance it."""
+    """SQL for ``queue_sequencer``: lock the counter (skipping or waiting), advance it."""
 
     def lock_counter(self, using: str, name: str = DEFAULT_SEQUENCER) -> int | None:
         """Lock the counter row and return its last position; None if another worker holds it.
@@ -17,7 +18,7 @@ class LogSequencerManager(models.Manager["LogSequencer"]):
         job instead of a queue of waiting workers.
         """
         connection = connections[using]
-        q = lambda n: vendor.quote(connection, n)  # noqa: E731
+        q = sqlb.quoter(connection)
         with connection.cursor() as cursor:
             cursor.execute(
                 f"SELECT {q('last_position')} FROM {q('queue_sequencer')} WHERE {q('name')} = %s"
@@ -34,7 +35,7 @@ class LogSequencerManager(models.Manager["LogSequencer"]):
             )
             if cursor.fetchone() is not None:
                 return None
-            prefix, suffix = vendor.insert_ignore_sql(connection, ["name"])
+            prefix, suffix = sqlb.insert_ignore(connection, ["name"])
             cursor.execute(
                 f"{prefix} {q('queue_sequencer')} ({q('name')}, {q('last_position')}, "
                 f"{q('sequenced_by')}, {q('sequenced_at')}) VALUES (%s, 0, '', 0){suffix}",
@@ -43,10 +44,38 @@ class LogSequencerManager(models.Manager["LogSequencer"]):
             # Inserted: the new row is ours and locked. Not inserted: it exists and is locked.
             return 0 if cursor.rowcount == 1 else None
 
+    def lock_counter_wait(self, using: str, name: str = DEFAULT_SEQUENCER) -> int:
+        """Lock the counter row, waiting for whoever holds it; return its last position.
+
+        Must run inside a transaction. Unlike :meth:`lock_counter` it does not skip a busy
+        sequencer: an operation that must stop sequencing for a moment (repartitioning)
+        queues behind it instead. The row is created if missing. SQLite has no row locks;
+        its transaction's write lock (``transaction_mode = IMMEDIATE``) serializes writers.
+        """
+        locked = (
+            self.using(using).select_for_update().filter(name=name)
+            .values_list("last_position", flat=True)
+        )
+        positions = list(locked.all())  # .all(): a fresh query each time, not the cache
+        if not positions:
+            # Created by us, or by a concurrent transaction whose INSERT this one waits
+            # for: either way the row exists afterwards, and the SELECT locks it.
+            connection = connections[using]
+            q = sqlb.quoter(connection)
+            prefix, suffix = sqlb.insert_ignore(connection, ["name"])
+            sqlb.execute(
+                connection,
+                f"{prefix} {q('queue_sequencer')} ({q('name')}, {q('last_position')}, "
+                f"{q('sequenced_by')}, {q('sequenced_at')}) VALUES (%s, 0, '', 0){suffix}",
+                [name],
+            )
+            positions = list(locked.all())
+        return int(positions[0])
+
     def advance(self, last_position: int, sequenced_by: str, using: str,
                 name: str = DEFAULT_SEQUENCER) -> None:
         connection = connections[using]
-        q = lambda n: vendor.quote(connection, n)  # noqa: E731
+        q = sqlb.quoter(connection)
         with connection.cursor() as cursor:
             cursor.execute(
                 f"UPDATE {q('queue_sequencer')} SET {q('last_position')} = %s, "
@@ -61,7 +90,7 @@ class LogSequencerManager(models.Manager["LogSequencer"]):
         This is an idle worker's whole poll: nothing else runs until the head moves.
         """
         connection = connections[using]
-        q = lambda n: vendor.quote(connection, n)  # noqa: E731
+        q = sqlb.quoter(connection)
         pending = (
             f"(SELECT 1 FROM {q('queue_messages')} WHERE {q('position')} IS NULL "
             f"LIMIT 1)"

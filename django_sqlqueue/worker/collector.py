@@ -35,11 +35,11 @@ def collect_garbage(
     for topic in topics:
         groups = sorted(set(registered.get(topic, [])) | known_groups.get(topic, set()))
         horizons = ConsumerOffset.objects.gc_horizons(topic, groups, using)
-        for key, horizon in horizons.items():
-            if collected.get((topic, key), 0) >= horizon:
+        for partition, horizon in horizons.items():
+            if collected.get((topic, partition), 0) >= horizon:
                 continue
             while True:
-                offsets = QueueMessage.objects.collectable_offsets(topic, key, horizon,
+                offsets = QueueMessage.objects.collectable_offsets(topic, partition, horizon,
                                                                    GC_BATCH, using)
                 if not offsets:
                     break
@@ -47,7 +47,7 @@ def collect_garbage(
                     deleted += QueueMessage.objects.delete_offsets(offsets, using)
                 if len(offsets) < GC_BATCH:
                     break
-            collected[(topic, key)] = horizon
+            collected[(topic, partition)] = horizon
     if deleted:
         logger.info("gc deleted=%s topics=%s", deleted, ",".join(topics))
     return deleted

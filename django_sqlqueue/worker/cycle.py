@@ -1,28 +1,32 @@
-"""The poll cycle: one fenced transaction that settles, advances and fetches.
+"""The poll cycle: one fenced transaction that settles, extends, delivers and advances.
 
 Order inside the transaction, all on partitions the worker still owns:
-fence (share-lock own leases) → record handler outcomes (acks, nacks, dead letters) →
-extend visibility of long-running messages → walk and advance watermarks → fetch
-deliverable messages → mark them delivered. Messages are handed to handlers only after
-the transaction commits.
+fence (share-lock own leases) → rebuild the windows of newly taken partitions → record
+handler outcomes (acks, nacks, dead letters) → extend visibility of long-running messages
+→ hand out what is due and read new messages, within the worker's free capacity → advance
+watermarks and drop the delivery rows they passed → save watermarks and read cursors.
+Messages are handed to handlers only after the transaction commits.
+
+The cycle changes the partitions' in-memory state as it goes. If the transaction fails,
+the worker marks those partitions unloaded, and the next cycle rebuilds them from what
+the database committed.
 """
 
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Any
 
 from django.db import transaction
 
 from ..consuming.message import Message
-from ..consuming.registry import Subscription
 from ..models import ConsumerOffset, DeliveryState, PartitionLease, QueueMessage
-from ..models.delivery import MessageRef
-from ..publishing import decode_json, epoch_ms_to_datetime
-from .partitions import InFlight, Outcome, Partition
+from ..models.delivery import Hold, MessageRef, ReadRow
+from ..models.offsets import Progress
+from .partitions import Entry, Ident, Outcome, Partition
 
-WALK_LIMIT = 500  # log rows read per partition per watermark walk
+Subscriber = tuple[str, str]  # (consumer group, topic)
 
 
 @dataclass
@@ -35,7 +39,7 @@ class Delivery:
 
 @dataclass
 class DeadOnFetch:
-    """A message whose attempts ran out without an outcome (its worker kept dying)."""
+    """A message whose attempts ran out without an outcome (its workers kept dying)."""
 
     partition: Partition
     message: Message
@@ -43,223 +47,285 @@ class DeadOnFetch:
 
 
 @dataclass
-class CycleResult:
+class PartitionReport:
+    """What one cycle did in one partition."""
+
+    partition: Partition
     deliveries: list[Delivery] = field(default_factory=list)
-    applied: list[Outcome] = field(default_factory=list)
-    dropped: list[Outcome] = field(default_factory=list)  # their partition was lost
+    recorded: list[Outcome] = field(default_factory=list)
     dead_on_fetch: list[DeadOnFetch] = field(default_factory=list)
+    more: bool = False  # it could hand out more at once
+
+
+@dataclass
+class CycleResult:
+    reports: dict[Ident, PartitionReport] = field(default_factory=dict)
     lost: list[Partition] = field(default_factory=list)
-    watermarks: dict[tuple[str, str, str], int] = field(default_factory=dict)
-    settled: dict[tuple[str, str, str], bool] = field(default_factory=dict)
-    walked: set[tuple[str, str, str]] = field(default_factory=set)
-    # Acked delivery rows the watermark passed, deleted after the cycle (see cleanup()).
-    passed: dict[tuple[str, str], list[MessageRef]] = field(default_factory=dict)
-    # Partitions that may hold more deliverable messages than this cycle took.
-    more: set[tuple[str, str, str]] = field(default_factory=set)
-    extended: dict[tuple[tuple[str, str, str], int], int] = field(default_factory=dict)
-    full: bool = False  # some partition returned a whole batch: poll again at once
+    # Outcomes no longer pending: recorded, ignored as stale, or for a lost partition.
+    done: list[Outcome] = field(default_factory=list)
+
+    def report(self, partition: Partition) -> PartitionReport:
+        report = self.reports.get(partition.ident)
+        if report is None:
+            report = self.reports[partition.ident] = PartitionReport(partition)
+        return report
+
+    @property
+    def deliveries(self) -> list[Delivery]:
+        return [d for r in self.reports.values() for d in r.deliveries]
+
+    @property
+    def full(self) -> bool:
+        return any(r.more for r in self.reports.values())
+
+
+@dataclass
+class _Writes:
+    """Delivery-state writes of one cycle, batched per subscription."""
+
+    handed_out: dict[Subscriber, list[tuple[Partition, Entry]]] = field(
+        default_factory=lambda: defaultdict(list))
+    holds: dict[Subscriber, list[Hold]] = field(default_factory=lambda: defaultdict(list))
 
 
 class PollCycle:
-    def __init__(self, worker_name: str, using: str, dlq_suffix: str) -> None:
+    def __init__(self, worker_name: str, using: str, dlq_suffix: str,
+                 clock: Callable[[], int], is_running: Callable[[Ident, int], bool]) -> None:
         self.worker_name = worker_name
         self.using = using
         self.dlq_suffix = dlq_suffix
+        self.clock = clock  # epoch ms by the database clock
+        self.is_running = is_running  # a handler of this process runs (partition, offset)
 
-    def run(
-        self, partitions: dict[tuple[str, str, str], Partition], looked: list[Partition],
-        outcomes: list[Outcome], capacity: int, now_ms: int,
-    ) -> CycleResult:
+    def run(self, partitions: dict[Ident, Partition], outcomes: list[Outcome],
+            capacity: int) -> CycleResult:
         result = CycleResult()
         with transaction.atomic(using=self.using):
             owned = PartitionLease.objects.fence(self.worker_name, list(partitions), self.using)
             result.lost = [p for p in partitions.values() if owned.get(p.ident) != p.generation]
             lost = {p.ident for p in result.lost}
-            live = [o for o in outcomes if self._still_owned(o, partitions, lost)]
-            result.dropped = [o for o in outcomes if o not in live]
-            self._record_outcomes(live, now_ms)
-            result.applied = live
-            self._extend_visibility(partitions, lost, now_ms, result)
-            looked = [p for p in looked if p.ident not in lost]
-            self._advance_watermarks(looked, now_ms, result)
-            self._fetch(looked, capacity, now_ms, result)
+            held = [p for p in partitions.values() if p.ident not in lost]
+            self._load([p for p in held if not p.loaded])
+            now_ms = self.clock()
+            self._record(partitions, outcomes, lost, now_ms, result)
+            self._extend(held, now_ms)
+            self._deliver(held, capacity, now_ms, result)
+            self._advance(held)
         return result
 
-    @staticmethod
-    def _still_owned(outcome: Outcome, partitions: dict[tuple[str, str, str], Partition],
-                     lost: set[tuple[str, str, str]]) -> bool:
-        partition = outcome.partition
-        return (
-            partitions.get(partition.ident) is partition
-            and partition.ident not in lost
-            and outcome.generation == partition.generation
-        )
+    # ----------------------------------------------------------------- steps
 
-    def _record_outcomes(self, outcomes: list[Outcome], now_ms: int) -> None:
-        acks: dict[tuple[str, str], list[MessageRef]] = defaultdict(list)
+    def _load(self, partitions: list[Partition]) -> None:
+        """Rebuild the windows of partitions just taken (or left unreliable by a failed
+        cycle) from the delivery rows of their unacked messages."""
+        for (group, topic), members in _by_subscription(partitions).items():
+            numbers = [p.number for p in members]
+            ConsumerOffset.objects.ensure(group, topic, numbers, self.using)
+            progress = ConsumerOffset.objects.progress(group, topic, numbers, self.using)
+            for partition in members:
+                mark = progress.get(partition.number, Progress(0, 0))
+                partition.reset(mark.acked, mark.fetched)
+            rows = DeliveryState.objects.unacked_window(
+                group, topic, {p.number: (p.watermark, p.cursor) for p in members}, self.using,
+            )
+            by_number = {p.number: p for p in members}
+            for row in rows:
+                partition = by_number[row.partition]
+                admitted = partition.admit(row, 0, may_deliver=False)
+                entry = admitted.entry
+                if entry is not None and self.is_running(partition.ident, entry.offset):
+                    entry.state = "in_flight"
+            for partition in members:
+                partition.loaded = True
+                partition.progress_saved = True
+
+    def _record(self, partitions: dict[Ident, Partition], outcomes: list[Outcome],
+                lost: set[Ident], now_ms: int, result: CycleResult) -> None:
+        acks: dict[Subscriber, list[MessageRef]] = defaultdict(list)
         for outcome in outcomes:
-            message, ref = outcome.message, (outcome.message.key, outcome.message.offset)
+            partition = outcome.partition
+            result.done.append(outcome)
+            if (partitions.get(partition.ident) is not partition or partition.ident in lost
+                    or outcome.generation != partition.generation):
+                continue  # the partition was lost: its new owner decides
+            entry = partition.entry_for(outcome.message)
+            if entry is None:
+                continue  # already acked (a duplicate run finished first)
+            if outcome.kind != "ack" and outcome.message.attempt < entry.attempts:
+                continue  # a newer delivery of it is running; that one decides
+            message, ref = outcome.message, partition.ref(entry.offset)
             if outcome.kind == "ack":
-                acks[(message.group, message.topic)].append(ref)
+                acks[(partition.group, partition.topic)].append(ref)
+                partition.settled(entry)
             elif outcome.kind == "nack":
-                DeliveryState.objects.nack(
-                    message.group, message.topic, ref, now_ms + int(outcome.delay * 1000),
-                    outcome.error, self.using,
-                )
+                due = now_ms + int(outcome.delay * 1000)
+                DeliveryState.objects.nack(partition.group, partition.topic, ref, due,
+                                           outcome.error, self.using)
+                partition.retry_at(entry, due, outcome.error)
             else:
-                self._dead_letter(outcome.partition.subscription, message, outcome.error)
+                self._dead_letter(partition, message, outcome.error)
+                partition.settled(entry)
+            result.report(partition).recorded.append(outcome)
         for (group, topic), refs in acks.items():
             DeliveryState.objects.ack(group, topic, refs, self.using)
 
-    def _dead_letter(self, subscription: Subscription, message: Message, error: str) -> None:
+    def _dead_letter(self, partition: Partition, message: Message, error: str) -> None:
         """Copy to the group's dead-letter topic and ack for this group only; the original
         stays in the log for every other group."""
         QueueMessage.objects.copy_to_dead_letters(
-            message.offset, subscription.topic + self.dlq_suffix, subscription.group,
+            message.offset, partition.topic + self.dlq_suffix, partition.group,
             message.attempt, error, self.using,
         )
-        DeliveryState.objects.ack(
-            subscription.group, subscription.topic, [(message.key, message.offset)], self.using,
-            error=error or "dead-lettered",
-        )
+        DeliveryState.objects.ack(partition.group, partition.topic,
+                                  [partition.ref(message.offset)], self.using,
+                                  error=error or "dead-lettered")
 
-    def _extend_visibility(self, partitions: dict[tuple[str, str, str], Partition],
-                           lost: set[tuple[str, str, str]], now_ms: int,
-                           result: CycleResult) -> None:
-        by_subscription: dict[tuple[str, str], list[tuple[Partition, InFlight]]] = defaultdict(list)
-        for partition in partitions.values():
+    def _extend(self, partitions: list[Partition], now_ms: int) -> None:
+        """Push back the visibility of running messages that used half their timeout."""
+        due: dict[Subscriber, list[tuple[Partition, Entry]]] = defaultdict(list)
+        for partition in partitions:
             subscription = partition.subscription
-            if partition.ident in lost or not subscription.auto_extend:
+            if not subscription.auto_extend:
                 continue
-            timeout_ms = int(subscription.visibility_timeout * 1000)
-            for flight in partition.in_flight.values():
-                if flight.invisible_until - now_ms < timeout_ms // 2:
-                    by_subscription[(partition.group, partition.topic)].append((partition, flight))
-        for (group, topic), items in by_subscription.items():
-            timeout_ms = int(items[0][0].subscription.visibility_timeout * 1000)
-            refs = [(partition.key, flight.offset) for partition, flight in items]
-            DeliveryState.objects.extend(group, topic, refs, now_ms + timeout_ms, self.using)
-            for partition, flight in items:
-                result.extended[(partition.ident, flight.offset)] = now_ms + timeout_ms
+            half = int(subscription.visibility_timeout * 500)
+            for entry in partition.in_flight():
+                if entry.due_ms - now_ms < half and self.is_running(partition.ident, entry.offset):
+                    due[(partition.group, partition.topic)].append((partition, entry))
+        for (group, topic), items in due.items():
+            until = now_ms + int(items[0][0].subscription.visibility_timeout * 1000)
+            DeliveryState.objects.extend(group, topic, [p.ref(e.offset) for p, e in items],
+                                         until, self.using)
+            for partition, entry in items:
+                partition.extended(entry.offset, until)
 
-    def _advance_watermarks(self, looked: list[Partition], now_ms: int,
-                            result: CycleResult) -> None:
-        """Walk forward over acked messages; only partitions with new acks can move."""
-        dirty = [p for p in looked if p.dirty]
-        for partition in looked:
-            result.watermarks[partition.ident] = partition.watermark
-        for (group, topic), partitions in _by_subscription(dirty).items():
-            bounds = {p.key: _walk_bound(p) for p in partitions}
-            walked = QueueMessage.objects.walk(
-                group, topic, {p.key: (p.watermark, bounds[p.key]) for p in partitions},
-                WALK_LIMIT, self.using,
+    def _deliver(self, partitions: list[Partition], capacity: int, now_ms: int,
+                 result: CycleResult) -> None:
+        """Hand out what is due, then read new messages, sharing the worker's free capacity
+        fairly: every partition that wants work gets at least one slot."""
+        free = capacity - sum(p.in_flight_count() for p in partitions)
+        wanting = [p for p in partitions if p.wants_look(now_ms)]
+        if not wanting or free <= 0:
+            return  # a handler finishing wakes the worker, and frees capacity
+        share = {p.ident: max(1, free // len(wanting)) for p in wanting}
+        writes = _Writes()
+        ready: list[tuple[Partition, Entry]] = []
+        for partition in wanting:
+            for entry in partition.take_ready(now_ms, share[partition.ident]):
+                ready.append((partition, entry))
+                share[partition.ident] -= 1
+        self._redeliver(ready, writes, result)
+        reads = {p.ident: p for p in wanting
+                 if share[p.ident] > 0 and p.unread() and p.window_space() > 0}
+        for (group, topic), members in _by_subscription(reads.values()).items():
+            limits = {p.number: min(share[p.ident], p.window_space()) for p in members}
+            rows = DeliveryState.objects.read_new(
+                group, topic, {p.number: (p.cursor, limits[p.number]) for p in members},
+                self.using,
             )
-            advanced: dict[str, int] = {}
-            passed: list[MessageRef] = []
-            for partition in partitions:
-                rows = walked[partition.key]
-                watermark = partition.watermark
-                index = 0
-                while index < len(rows) and rows[index][2]:
-                    watermark = rows[index][0]
-                    passed.append((partition.key, rows[index][1]))
-                    index += 1
-                if watermark > partition.watermark:
-                    advanced[partition.key] = watermark
-                result.watermarks[partition.ident] = watermark
-                # Bounded walks cannot see past the bound, so they never claim "settled".
-                result.settled[partition.ident] = (
-                    index == len(rows) and len(rows) < WALK_LIMIT and bounds[partition.key] is None
+            self._admit(members, rows, limits, share, writes, result)
+        self._write_deliveries(writes, result)
+        # Poll again at once only while capacity is left for partitions that used up
+        # their share: with none left, the next handler to finish wakes the worker.
+        if free - len(result.deliveries) > 0:
+            for partition in wanting:
+                if share[partition.ident] <= 0 and partition.wants_look(now_ms):
+                    result.report(partition).more = True
+
+    def _redeliver(self, ready: list[tuple[Partition, Entry]], writes: _Writes,
+                   result: CycleResult) -> None:
+        if not ready:
+            return
+        rows = QueueMessage.objects.by_offsets([entry.offset for _, entry in ready], self.using)
+        for partition, entry in ready:
+            row = rows.get(entry.offset)
+            subscription = partition.subscription
+            if row is None:  # cannot happen while the watermark is below it; never wedge on it
+                partition.settled(entry)
+                continue
+            message = Message.from_row(row, subscription.group, entry.attempts + 1,
+                                       partition.number)
+            if entry.attempts >= subscription.max_attempts:
+                error = entry.last_error or (
+                    f"visibility timeout expired {subscription.max_attempts} time(s) "
+                    "without an ack or nack"
                 )
-                result.walked.add(partition.ident)
-            ConsumerOffset.objects.advance(group, topic, advanced, now_ms, self.using)
+                message.attempt = entry.attempts  # the last attempt that actually ran
+                self._dead_letter(partition, message, error)
+                partition.settled(entry)
+                result.report(partition).dead_on_fetch.append(DeadOnFetch(partition, message, error))
+                continue
+            self._hand_out(partition, entry, message, writes, result)
+
+    def _admit(self, members: list[Partition], rows: list[ReadRow], limits: dict[str, int],
+               share: dict[Ident, int], writes: _Writes, result: CycleResult) -> None:
+        by_number = {p.number: p for p in members}
+        counts: dict[str, int] = defaultdict(int)
+        now_ms = self.clock()
+        for row in rows:
+            partition = by_number[row.partition]
+            counts[row.partition] += 1
+            admitted = partition.admit(row, now_ms, may_deliver=share[partition.ident] > 0)
+            if admitted.entry is None:
+                continue
+            if admitted.deliver:
+                share[partition.ident] -= 1
+                message = Message.from_row(row.message, partition.group, 1, partition.number)
+                self._hand_out(partition, admitted.entry, message, writes, result)
+            elif admitted.hold_until is not None:
+                writes.holds[(partition.group, partition.topic)].append(
+                    Hold(partition.number, admitted.entry.offset, admitted.hold_until))
+        for partition in members:
+            if counts[partition.number] < limits[partition.number]:
+                # A short read reached the end of the partition: only new messages follow.
+                partition.head = partition.cursor
+
+    def _hand_out(self, partition: Partition, entry: Entry, message: Message, writes: _Writes,
+                  result: CycleResult) -> None:
+        """Deliver ``entry``; its visibility is set in _write_deliveries, from the clock read
+        after every fetch of the cycle, so slow reads never eat into a handler's time."""
+        writes.handed_out[(partition.group, partition.topic)].append((partition, entry))
+        result.report(partition).deliveries.append(
+            Delivery(partition, partition.generation, message, 0))
+
+    def _write_deliveries(self, writes: _Writes, result: CycleResult) -> None:
+        for (group, topic), holds in writes.holds.items():
+            DeliveryState.objects.hold(group, topic, holds, self.using)
+        now_ms = self.clock()
+        for (group, topic), items in writes.handed_out.items():
+            until = now_ms + int(items[0][0].subscription.visibility_timeout * 1000)
+            DeliveryState.objects.mark_delivered(
+                group, topic, [p.ref(e.offset) for p, e in items], until, self.using)
+            for partition, entry in items:
+                partition.delivered(entry, until)
+        for report in result.reports.values():
+            for delivery in report.deliveries:
+                held = report.partition.entries.get(delivery.message.offset)
+                delivery.invisible_until = held.due_ms if held is not None else now_ms
+
+    def _advance(self, partitions: list[Partition]) -> None:
+        """Move watermarks past acked messages, drop the delivery rows they passed, and save
+        watermarks and read cursors, one statement per subscription for each."""
+        for (group, topic), members in _by_subscription(partitions).items():
+            passed: dict[str, tuple[int, int]] = {}
+            for partition in members:
+                moved = partition.advance()
+                if moved is not None:
+                    passed[partition.number] = moved
             if passed:
-                result.passed[(group, topic)] = passed
-
-    def _fetch(self, looked: list[Partition], capacity: int, now_ms: int,
-               result: CycleResult) -> None:
-        """Fetch and mark delivered, sharing the worker's free capacity fairly: every
-        partition gets at least one slot, so many small partitions drain together."""
-        wanting = [p for p in looked if p.capacity() > 0]
-        if not wanting:
-            return
-        if capacity <= 0:
-            result.more.update(p.ident for p in wanting)
-            return
-        fair = max(1, capacity // len(wanting))
-        for (group, topic), partitions in _by_subscription(wanting).items():
-            subscription = partitions[0].subscription
-            windows = {
-                p.key: (result.watermarks[p.ident], min(p.capacity(), fair)) for p in partitions
-            }
-            rows = QueueMessage.objects.fetch_deliverable(
-                group, topic, windows, subscription.strict, now_ms, self.using
-            )
-            by_key = {p.key: p for p in partitions}
-            counts: dict[str, int] = defaultdict(int)
-            fresh: list[MessageRef] = []
-            invisible_until = now_ms + int(subscription.visibility_timeout * 1000)
-            for row in rows:
-                partition = by_key[row[2]]
-                counts[partition.key] += 1
-                if capacity <= 0:
-                    result.more.add(partition.ident)  # not marked: fetched again next cycle
-                    continue
-                message = _message(subscription, row)
-                if message.attempt > subscription.max_attempts:
-                    error = row[8] or (
-                        f"visibility timeout expired {subscription.max_attempts} time(s) "
-                        "without an ack or nack"
-                    )
-                    message.attempt -= 1  # the last attempt that actually ran
-                    self._dead_letter(subscription, message, error)
-                    result.dead_on_fetch.append(DeadOnFetch(partition, message, error))
-                    continue
-                capacity -= 1
-                fresh.append((partition.key, message.offset))
-                result.deliveries.append(
-                    Delivery(partition, partition.generation, message, invisible_until)
-                )
-            DeliveryState.objects.mark_delivered(group, topic, fresh, invisible_until, self.using)
-            for partition in partitions:
-                if counts[partition.key] >= windows[partition.key][1]:
-                    result.more.add(partition.ident)
-                    result.full = True
+                offsets = QueueMessage.objects.offsets_between(topic, passed, self.using)
+                DeliveryState.objects.delete_acked(
+                    group, topic, [MessageRef(p, o) for p, o in offsets], self.using)
+            unsaved = {p.number: Progress(p.watermark, p.cursor)
+                       for p in members if not p.progress_saved}
+            if unsaved:
+                ConsumerOffset.objects.save_progress(group, topic, unsaved, self.clock(),
+                                                     self.using)
+                for partition in members:
+                    partition.progress_saved = True
 
 
-def cleanup(passed: dict[tuple[str, str], list[MessageRef]], using: str) -> None:
-    """Delete acked delivery rows behind the watermark, outside the poll transaction.
-
-    The rows are never read again (every read is above the watermark), so this is only
-    housekeeping. Done inside the poll transaction, an InnoDB DELETE that waits on a row at
-    the edge of another worker's partition could deadlock with that worker's poll; alone,
-    it can at worst wait a moment, and a failed attempt is simply repeated later.
-    """
-    for (group, topic), refs in list(passed.items()):
-        DeliveryState.objects.delete_acked(group, topic, refs, using)
-        del passed[(group, topic)]
-
-
-def _walk_bound(partition: Partition) -> int | None:
-    """While messages are in flight, acked ones lie at or below the highest position handed
-    out, so the walk stops there instead of reading the backlog behind it. With nothing in
-    flight the walk is unbounded, which also tells whether the partition is caught up."""
-    return partition.max_position if partition.in_flight else None
-
-
-def _by_subscription(partitions: list[Partition]) -> dict[tuple[str, str], list[Partition]]:
-    grouped: dict[tuple[str, str], list[Partition]] = defaultdict(list)
+def _by_subscription(partitions: Iterable[Partition]) -> dict[Subscriber, list[Partition]]:
+    grouped: dict[Subscriber, list[Partition]] = defaultdict(list)
     for partition in partitions:
         grouped[(partition.group, partition.topic)].append(partition)
     return grouped
-
-
-def _message(subscription: Subscription, row: tuple[Any, ...]) -> Message:
-    offset, position, key, message_id, payload, metadata, published_at, retries, _error = row
-    return Message(
-        topic=subscription.topic, key=key, id=message_id, offset=offset,
-        payload=decode_json(payload), headers=decode_json(metadata) or {},
-        published_at=epoch_ms_to_datetime(published_at),
-        attempt=1 if retries < 0 else retries + 2,
-        group=subscription.group, position=position,
-    )

@@ -11,10 +11,9 @@ from django.db import close_old_connections
 
 from ..consuming.message import Message
 from ..exceptions import DeadLetter, Retry
-from .partitions import Outcome, Partition
+from .partitions import Ident, Outcome, Partition
 
 logger = logging.getLogger("django_sqlqueue.worker")
-
 
 
 class Dispatcher:
@@ -24,23 +23,38 @@ class Dispatcher:
         self.outcomes: queue.SimpleQueue[Outcome] = queue.SimpleQueue()
         self._pool = ThreadPoolExecutor(max_workers=concurrency, thread_name_prefix="sqlqueue-handler")
         self._wake = wake
-        self._running: set[Future[None]] = set()
+        self._running: dict[Future[None], tuple[Ident, int]] = {}
         self._lock = threading.Lock()
+        self._running_refs: dict[tuple[Ident, int], int] = {}
 
     @property
     def busy(self) -> int:
         with self._lock:
             return len(self._running)
 
+    def is_running(self, ident: Ident, offset: int) -> bool:
+        """Whether a handler for this message is queued or running in this process."""
+        with self._lock:
+            return (ident, offset) in self._running_refs
+
     def submit(self, partition: Partition, generation: int, message: Message) -> None:
+        ref = (partition.ident, message.offset)
+        with self._lock:
+            self._running_refs[ref] = self._running_refs.get(ref, 0) + 1
         future = self._pool.submit(self._run, partition, generation, message)
         with self._lock:
-            self._running.add(future)
+            self._running[future] = ref
         future.add_done_callback(self._done)
 
     def _done(self, future: Future[None]) -> None:
         with self._lock:
-            self._running.discard(future)
+            ref = self._running.pop(future, None)
+            if ref is not None:
+                left = self._running_refs.get(ref, 1) - 1
+                if left > 0:
+                    self._running_refs[ref] = left
+                else:
+                    self._running_refs.pop(ref, None)
         self._wake.set()
 
     def shutdown(self, wait: bool) -> None:

@@ -4,7 +4,9 @@ Every renew interval a worker heartbeats, renews all its leases in one statement
 the group's live workers, and moves towards its fair share ``ceil(partitions / workers)``:
 it takes free or stale partitions when below it, and when above it drains the excess
 (stops fetching, lets in-flight handlers finish) and then releases it. Excess is chosen
-deterministically (the highest keys), so repeated rebalances do not shuffle partitions.
+deterministically (the highest partition numbers), so repeated rebalances do not shuffle
+partitions. A topic has a fixed number of partitions, so a group has exactly that many
+lease rows per topic, however many keys its messages carry.
 """
 
 from __future__ import annotations
@@ -16,7 +18,9 @@ from collections.abc import Iterable
 from django.db import transaction
 
 from ..consuming.registry import Subscription
-from ..models import ConsumerOffset, PartitionLease, QueueMessage, SubscriberHeartbeat
+from ..models import ConsumerOffset, PartitionLease, SubscriberHeartbeat, Topic
+from ..partitioning import partition_names
+from ..sequencing import partition_counts
 from .partitions import Ident, Partition
 
 logger = logging.getLogger("django_sqlqueue.worker")
@@ -30,6 +34,7 @@ class Leasing:
         self.subscriptions = subscriptions
         self.lease_ms = int(lease_duration * 1000)
         self.partitions: dict[Ident, Partition] = {}
+        self.counts: dict[str, int] = {}  # recorded partitions per subscribed topic
         # Per subscription: the fair share from the last rebalance (None = unlimited).
         self.shares: dict[tuple[str, str], int | None] = {}
         self.nothing_claimable = False
@@ -45,22 +50,20 @@ class Leasing:
             heartbeat_at__gt=now_ms - self.lease_ms,
         ).exists()
 
-    def discover_all(self) -> None:
-        """Create lease rows for every partition already in the log (at start-up)."""
-        for subscription in self.subscriptions:
-            keys = QueueMessage.objects.partition_keys(subscription.topic, self.using)
-            PartitionLease.objects.ensure_partitions(
-                subscription.group, subscription.topic, keys, self.using
-            )
+    def prepare(self) -> None:
+        """Record each subscribed topic's partition count (the configured one, unless the
+        topic already has one) and create the group's lease rows (at start-up)."""
+        self._ensure_partitions(partition_counts(sorted({s.topic for s in self.subscriptions}),
+                                                 self.using))
 
-    def discover(self, topic: str, keys: Iterable[str]) -> None:
-        """New partition keys seen in the log: give them lease rows so they can be taken."""
-        keys = list(keys)
+    def _ensure_partitions(self, counts: dict[str, int]) -> None:
+        changed = {topic: n for topic, n in counts.items() if self.counts.get(topic) != n}
         for subscription in self.subscriptions:
-            if subscription.topic == topic:
+            count = changed.get(subscription.topic)
+            if count is not None:
                 PartitionLease.objects.ensure_partitions(
-                    subscription.group, topic, keys, self.using
-                )
+                    subscription.group, subscription.topic, partition_names(count), self.using)
+        self.counts.update(changed)
 
     def maintain(self, now_ms: int, acquire: bool = True) -> None:
         """Heartbeat, renew, rebalance and acquire: the renew-interval work."""
@@ -69,6 +72,8 @@ class Leasing:
                 subscription.group, subscription.topic, self.worker_name, now_ms, self.using
             )
         PartitionLease.objects.renew(self.worker_name, now_ms, self.using)
+        # A topic repartitioned by an operator gets lease rows for its new partitions.
+        self._ensure_partitions(Topic.objects.partition_counts(list(self.counts), self.using))
         live = self._live_workers(now_ms)
         for subscription in self.subscriptions:
             self._reconcile(subscription)
@@ -113,7 +118,7 @@ class Leasing:
         """Release draining partitions whose handlers are done and outcomes recorded."""
         done = [
             p for p in self.partitions.values()
-            if p.draining and not p.in_flight and p.ident not in pending
+            if p.draining and not p.in_flight_count() and p.ident not in pending
         ]
         self._release(done)
 
@@ -129,8 +134,8 @@ class Leasing:
             if self.partitions.get(partition.ident) is partition:
                 del self.partitions[partition.ident]
                 logger.warning(
-                    "lease lost group=%s topic=%s key=%s generation=%s",
-                    partition.group, partition.topic, partition.key, partition.generation,
+                    "lease lost group=%s topic=%s partition=%s generation=%s",
+                    partition.group, partition.topic, partition.number, partition.generation,
                 )
 
     # ----------------------------------------------------------------- internals
@@ -160,11 +165,7 @@ class Leasing:
         if live is None:
             return None
         group, topic = subscription.group, subscription.topic
-        try:
-            total = PartitionLease.objects.count_partitions(group, topic, self.using)
-        except Exception:  # noqa: BLE001 - availability over fairness, as the RFC says
-            logger.warning("fair share unavailable, acquiring without a cap", exc_info=True)
-            return None
+        total = self.counts.get(topic, 0)
         active = live.get((group, topic), 0)
         self.last_counts[(group, topic)] = (total, active)
         if total == 0:
@@ -178,17 +179,14 @@ class Leasing:
         group, topic = subscription.group, subscription.topic
         owned = PartitionLease.objects.owned(group, topic, self.worker_name, self.using)
         for partition in list(self.partitions.values()):
-            if partition.subscription is subscription and owned.get(partition.key) != partition.generation:
+            if partition.subscription is subscription and owned.get(partition.number) != partition.generation:
                 self.drop([partition])
-        unknown = [key for key in owned if (group, topic, key) not in self.partitions]
-        if unknown:
-            ConsumerOffset.objects.ensure(group, topic, unknown, self.using)
-            watermarks = ConsumerOffset.objects.watermarks(group, topic, unknown, self.using)
-            for key in unknown:
-                partition = Partition(subscription, key, owned[key], watermarks.get(key, 0))
+        for number in owned:
+            if (group, topic, number) not in self.partitions:
+                partition = Partition(subscription, number, owned[number])
                 self.partitions[partition.ident] = partition
-                logger.warning("lease adopted group=%s topic=%s key=%s generation=%s",
-                               group, topic, key, partition.generation)
+                logger.warning("lease adopted group=%s topic=%s partition=%s generation=%s",
+                               group, topic, number, partition.generation)
 
     def _mark_excess(self, subscription: Subscription) -> None:
         share = self.shares.get((subscription.group, subscription.topic))
@@ -197,52 +195,52 @@ class Leasing:
         held = sorted(
             (p for p in self.partitions.values()
              if p.subscription is subscription and not p.draining),
-            key=lambda p: p.key,
+            key=lambda p: int(p.number) if p.number.isdigit() else -1,
         )
         partitions, workers = self.last_counts.get((subscription.group, subscription.topic), (0, 0))
         for partition in held[share:]:
             partition.draining = True
             logger.info(
-                "rebalancing: releasing group=%s topic=%s key=%s share=%s partitions=%s workers=%s",
-                partition.group, partition.topic, partition.key, share, partitions, workers,
+                "rebalancing: releasing group=%s topic=%s partition=%s share=%s partitions=%s "
+                "workers=%s", partition.group, partition.topic, partition.number, share,
+                partitions, workers,
             )
 
     def _take(self, subscription: Subscription, want: int, now_ms: int) -> list[Partition]:
         group, topic = subscription.group, subscription.topic
         stale_before = now_ms - self.lease_ms
         with transaction.atomic(using=self.using):
-            keys = PartitionLease.objects.claimable(group, topic, stale_before, want, self.using)
+            numbers = PartitionLease.objects.claimable(group, topic, stale_before, want,
+                                                       self.using)
             # Never re-take a partition this worker is still draining.
-            keys = [k for k in keys if (group, topic, k) not in self.partitions]
-            if not keys:
+            numbers = [n for n in numbers if (group, topic, n) not in self.partitions]
+            if not numbers:
                 return []
-            PartitionLease.objects.take(group, topic, keys, self.worker_name, stale_before,
+            PartitionLease.objects.take(group, topic, numbers, self.worker_name, stale_before,
                                         now_ms, self.using)
-            ConsumerOffset.objects.ensure(group, topic, keys, self.using)
+            ConsumerOffset.objects.ensure(group, topic, numbers, self.using)
         owned = PartitionLease.objects.owned(group, topic, self.worker_name, self.using)
-        watermarks = ConsumerOffset.objects.watermarks(group, topic, keys, self.using)
         taken = []
-        for key in keys:
-            if key not in owned:
+        for number in numbers:
+            if number not in owned:
                 continue
-            partition = Partition(subscription, key, owned[key], watermarks.get(key, 0))
+            # Its window is rebuilt from the database by the next poll cycle.
+            partition = Partition(subscription, number, owned[number])
             self.partitions[partition.ident] = partition
             taken.append(partition)
-            logger.info(
-                "lease acquired group=%s topic=%s key=%s generation=%s watermark=%s",
-                group, topic, key, partition.generation, partition.watermark,
-            )
+            logger.info("lease acquired group=%s topic=%s partition=%s generation=%s",
+                        group, topic, number, partition.generation)
         return taken
 
     def _release(self, partitions: list[Partition]) -> None:
         by_subscription: dict[tuple[str, str], dict[str, int]] = {}
         for partition in partitions:
-            by_subscription.setdefault((partition.group, partition.topic), {})[partition.key] = (
+            by_subscription.setdefault((partition.group, partition.topic), {})[partition.number] = (
                 partition.generation
             )
         for (group, topic), held in by_subscription.items():
             PartitionLease.objects.release(group, topic, held, self.worker_name, self.using)
         for partition in partitions:
             self.partitions.pop(partition.ident, None)
-            logger.info("lease released group=%s topic=%s key=%s",
-                        partition.group, partition.topic, partition.key)
+            logger.info("lease released group=%s topic=%s partition=%s",
+                        partition.group, partition.topic, partition.number)

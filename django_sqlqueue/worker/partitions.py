@@ -1,46 +1,84 @@
-"""What a worker knows about each partition it holds."""
+"""What a worker knows about each partition it holds, and the transitions of that state.
+
+A partition's *window* is the stretch of the log between the group's watermark (every
+message at or below it acked) and the read cursor (every message at or below it read
+into the window). The owner keeps each unacked message of the window in memory as an
+:class:`Entry`; everything else in the window is acked. So the watermark is simply the
+position below the lowest entry, and nothing acked is ever read again.
+
+Keys give the order: in strict mode (``batch_size=1``) a key's messages are handled one
+at a time in log order, and a key waits only for its own head, never for other keys of
+the partition. In concurrent mode messages are handed out in log order and may run at
+the same time (the RFC's non-blocking nack). Keyless messages never wait for each other.
+"""
 
 from __future__ import annotations
 
+import contextlib
+import heapq
+from collections import deque
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Literal
+
+from ..models.delivery import NEVER_DELIVERED, DeliveryRow, MessageRef, ReadRow
 
 if TYPE_CHECKING:
     from ..consuming.message import Message
     from ..consuming.registry import Subscription
 
+# Unacked messages a partition keeps in its window (in flight, retrying, delayed, or
+# waiting behind their key). When it is full the partition reads no further until some
+# are consumed: memory stays bounded whatever a stuck key or a mass of delayed messages
+# does. Other partitions are not affected.
+MAX_WINDOW = 10_000
+
+State = Literal["in_flight", "waiting", "blocked"]
+
 
 @dataclass
-class InFlight:
-    """A delivered message whose handler has not reported yet."""
+class Entry:
+    """An unacked message of the window."""
 
     offset: int
     position: int
-    invisible_until: int  # epoch ms, database clock
+    key: str  # '' for a keyless message
+    attempts: int  # deliveries so far (0: never delivered)
+    state: State
+    due_ms: int  # waiting: deliverable from; in flight: invisible until (epoch ms, DB clock)
+    last_error: str = ""
+
+
+@dataclass
+class Admitted:
+    """What reading one message into the window decided for it."""
+
+    entry: Entry | None  # None: already acked
+    deliver: bool = False  # hand it out now
+    hold_until: int | None = None  # write a row keeping it invisible until then
 
 
 @dataclass
 class Partition:
-    """One leased (consumer group, topic, partition key)."""
+    """One leased (consumer group, topic, partition)."""
 
     subscription: Subscription
-    key: str
+    number: str  # the partition_key column value
     generation: int
-    watermark: int
-    in_flight: dict[int, InFlight] = field(default_factory=dict)
+    watermark: int = 0
+    cursor: int = 0
+    # The window was rebuilt from the database since the lease was taken (or a failed
+    # poll made it unreliable): until then nothing is delivered from it.
+    loaded: bool = False
+    # The highest position known to be in the partition; None: unknown, read to find out.
+    head: int | None = None
+    entries: dict[int, Entry] = field(default_factory=dict)
+    # Strict mode: per key, the offsets of its unacked messages in log order, head first.
+    key_queues: dict[str, deque[int]] = field(default_factory=dict)
+    _timers: list[tuple[int, int]] = field(default_factory=list)  # heap of (due_ms, offset)
     # Stop fetching, release once in-flight work is done (rebalancing or shutdown).
     draining: bool = False
-    # Re-read this partition in the next cycle (new messages, an ack, a due timer, ...).
-    needs_look: bool = True
-    # The last look found nothing above the watermark: only new messages can change that.
-    settled: bool = False
-    # The earliest known time (epoch ms) something in this partition becomes due.
-    timer_ms: int | None = None
-    # Acks were recorded since the last watermark walk (or the partition is new to us).
-    dirty: bool = True
-    # The highest position this worker handed out here; acked messages lie at or below it,
-    # so the walk need not read further. None: unknown (just acquired), walk unbounded.
-    max_position: int | None = None
+    # Watermark or cursor moved since they were saved.
+    progress_saved: bool = True
 
     @property
     def group(self) -> str:
@@ -52,21 +90,169 @@ class Partition:
 
     @property
     def ident(self) -> Ident:
-        return (self.subscription.group, self.subscription.topic, self.key)
+        return (self.subscription.group, self.subscription.topic, self.number)
 
-    def capacity(self) -> int:
-        """How many more messages this partition may have in flight."""
+    @property
+    def strict(self) -> bool:
+        return self.subscription.strict
+
+    # ----------------------------------------------------------------- questions
+
+    def in_flight(self) -> list[Entry]:
+        return [e for e in self.entries.values() if e.state == "in_flight"]
+
+    def in_flight_count(self) -> int:
+        return sum(1 for e in self.entries.values() if e.state == "in_flight")
+
+    def unread(self) -> bool:
+        """Messages may wait above the read cursor."""
+        return self.head is None or self.head > self.cursor
+
+    def window_space(self) -> int:
+        return 0 if self.draining else MAX_WINDOW - len(self.entries)
+
+    def next_due(self) -> int | None:
+        """When the earliest waiting (or expiring in-flight) entry becomes deliverable."""
+        timers = self._timers
+        while timers:
+            due, offset = timers[0]
+            entry = self.entries.get(offset)
+            if entry is not None and entry.due_ms == due and entry.state != "blocked":
+                return due
+            heapq.heappop(timers)  # stale: settled, rescheduled or blocked since
+        return None
+
+    def wants_look(self, now_ms: int) -> bool:
         if self.draining:
-            return 0
-        if self.subscription.strict:
-            return 0 if self.in_flight else 1
-        return max(0, self.subscription.batch_size - len(self.in_flight))
+            return False
+        if not self.loaded:
+            return True
+        due = self.next_due()
+        return (due is not None and due <= now_ms) or (self.unread() and self.window_space() > 0)
 
-    def add_timer(self, due_ms: int) -> None:
-        self.timer_ms = due_ms if self.timer_ms is None else min(self.timer_ms, due_ms)
+    def lowest_unacked(self) -> int | None:
+        return min((e.position for e in self.entries.values()), default=None)
+
+    # ----------------------------------------------------------------- transitions
+
+    def reset(self, watermark: int, cursor: int) -> None:
+        """Forget the window, before it is rebuilt from the database."""
+        self.watermark, self.cursor = watermark, max(watermark, cursor)
+        self.entries.clear()
+        self.key_queues.clear()
+        self._timers.clear()
+        self.head = None
+        self.loaded = False
+        self.progress_saved = True
+
+    def admit(self, row: ReadRow, now_ms: int, may_deliver: bool) -> Admitted:
+        """Take one message (in position order) into the window.
+
+        ``may_deliver`` is False while rebuilding, or when there is no capacity left: the
+        message then waits, with a row recording it so a new owner finds it.
+        """
+        message, delivery = row.message, row.delivery
+        position = message.position or 0
+        self.cursor = max(self.cursor, position)
+        self.progress_saved = False
+        if delivery is not None and delivery.acked:
+            return Admitted(None)
+        entry = Entry(
+            message.offset, position, message.key, _attempts(delivery), "waiting",
+            message.deliver_at if delivery is None else delivery.invisible_until,
+            "" if delivery is None else delivery.last_error,
+        )
+        self.entries[entry.offset] = entry
+        needs_row = delivery is None
+        if self.strict and entry.key:
+            queue = self.key_queues.setdefault(entry.key, deque())
+            queue.append(entry.offset)
+            if len(queue) > 1:
+                entry.state = "blocked"  # its key's head is not done yet
+                return Admitted(entry, hold_until=entry.due_ms if needs_row else None)
+        if may_deliver and entry.due_ms <= now_ms and entry.attempts == 0:
+            return Admitted(entry, deliver=True)
+        self._schedule(entry)
+        return Admitted(entry, hold_until=entry.due_ms if needs_row else None)
+
+    def take_ready(self, now_ms: int, limit: int) -> list[Entry]:
+        """Up to ``limit`` entries due now (retries, delayed messages, keys whose head was
+        settled, and in-flight messages whose visibility ran out), in due order."""
+        ready: list[Entry] = []
+        while len(ready) < limit:
+            due = self.next_due()
+            if due is None or due > now_ms:
+                break
+            _, offset = heapq.heappop(self._timers)
+            ready.append(self.entries[offset])
+        return ready
+
+    def delivered(self, entry: Entry, invisible_until: int) -> None:
+        entry.state = "in_flight"
+        entry.attempts += 1
+        entry.due_ms = invisible_until
+        self._schedule(entry)
+
+    def extended(self, offset: int, invisible_until: int) -> None:
+        entry = self.entries.get(offset)
+        if entry is not None and entry.state == "in_flight" and invisible_until > entry.due_ms:
+            entry.due_ms = invisible_until
+            self._schedule(entry)
+
+    def retry_at(self, entry: Entry, due_ms: int, error: str) -> None:
+        entry.state = "waiting"
+        entry.due_ms = due_ms
+        entry.last_error = error
+        self._schedule(entry)
+
+    def settled(self, entry: Entry) -> None:
+        """The group is done with ``entry`` (acked or dead-lettered): drop it, and let the
+        next message of its key go (strict mode)."""
+        self.entries.pop(entry.offset, None)
+        queue = self.key_queues.get(entry.key) if entry.key else None
+        if queue is None:
+            return
+        if queue and queue[0] == entry.offset:
+            queue.popleft()
+        else:  # not the head (redelivered out of turn): remove it wherever it is
+            with contextlib.suppress(ValueError):
+                queue.remove(entry.offset)
+        if not queue:
+            del self.key_queues[entry.key]
+            return
+        successor = self.entries[queue[0]]
+        if successor.state == "blocked":
+            successor.state = "waiting"
+            self._schedule(successor)
+
+    def advance(self) -> tuple[int, int] | None:
+        """Move the watermark up to just below the lowest unacked entry (or to the cursor);
+        return (old, new) when it moved."""
+        lowest = self.lowest_unacked()
+        new = self.cursor if lowest is None else lowest - 1
+        if new <= self.watermark:
+            return None
+        old, self.watermark = self.watermark, new
+        self.progress_saved = False
+        return old, new
+
+    def entry_for(self, message: Message) -> Entry | None:
+        return self.entries.get(message.offset)
+
+    def ref(self, offset: int) -> MessageRef:
+        return MessageRef(self.number, offset)
+
+    def _schedule(self, entry: Entry) -> None:
+        heapq.heappush(self._timers, (entry.due_ms, entry.offset))
 
 
-# (consumer group, topic, partition key): a partition as one consumer group sees it.
+def _attempts(delivery: DeliveryRow | None) -> int:
+    if delivery is None or delivery.retry_count == NEVER_DELIVERED:
+        return 0
+    return delivery.retry_count + 1
+
+
+# (consumer group, topic, partition): a partition as one consumer group sees it.
 Ident = tuple[str, str, str]
 
 OutcomeKind = Literal["ack", "nack", "dead"]

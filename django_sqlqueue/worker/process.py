@@ -1,14 +1,15 @@
 """The worker process: a loop of short steps that each return quickly.
 
 ``Worker.run()`` polls until stopped: read the log head (one query when idle), sequence
-newly committed messages, renew leases when due, then run a poll cycle for the
-partitions that have something to do, and hand fetched messages to handler threads.
+newly committed messages, renew leases when due, then run a poll cycle when a partition
+has something to do, and hand fetched messages to handler threads.
 """
 
 from __future__ import annotations
 
 import logging
 import os
+import queue
 import socket
 import threading
 import time
@@ -17,24 +18,24 @@ from collections.abc import Callable
 from ..conf import get_settings
 from ..consuming.registry import Subscription
 from ..models import LogSequencer, QueueMessage
-from ..models.delivery import MessageRef
+from ..models.fields import SUBSCRIBER_NAME_LENGTH
 from ..sequencing import SEQUENCE_BATCH, sequence_batch
 from . import announce, attention
 from .clock import DatabaseClock
 from .collector import collect_garbage
-from .cycle import CycleResult, PollCycle, cleanup
+from .cycle import CycleResult, PollCycle
 from .dispatcher import Dispatcher
-from .extension import extender
+from .extension import Extensions, extender
 from .faults import FaultBackoff
 from .interrupts import stop_on_signals
 from .leasing import Leasing
-from .partitions import Ident, InFlight, Outcome, Partition
+from .partitions import Ident, Outcome, Partition
 
 logger = logging.getLogger("django_sqlqueue.worker")
 
-SWEEP_INTERVAL = 1.0  # seconds between looks at partitions with unsettled messages
 ACQUIRE_INTERVAL = 0.5  # seconds between rebalance checks and lease attempts between renewals
 SEQUENCE_ROUNDS = 5  # sequencing transactions at most per poll
+SLOW_CYCLE = 1.0  # seconds; a poll cycle slower than this is logged
 
 
 def default_worker_name() -> str:
@@ -55,6 +56,11 @@ class Worker:
             raise ValueError("a worker needs at least one subscription")
         if concurrency < 1:
             raise ValueError(f"concurrency must be >= 1, got {concurrency}")
+        if name is not None and len(name) > SUBSCRIBER_NAME_LENGTH:
+            # Lease and heartbeat columns would cut it short, and the worker would then not
+            # recognise its own leases.
+            raise ValueError(f"worker name is {len(name)} characters long; the limit is "
+                             f"{SUBSCRIBER_NAME_LENGTH}")
         conf = get_settings()
         self.conf = conf
         self.subscriptions = subscriptions
@@ -67,7 +73,9 @@ class Worker:
         self.stopping = threading.Event()
         self.dispatcher = Dispatcher(concurrency, self.wake)
         self.leasing = Leasing(self.name, using, subscriptions, conf.lease_duration)
-        self.cycle = PollCycle(self.name, using, conf.dlq_suffix)
+        self.cycle = PollCycle(self.name, using, conf.dlq_suffix, self.clock.now_ms,
+                               self.dispatcher.is_running)
+        self.extensions: Extensions = queue.SimpleQueue()
         self.faults = FaultBackoff(using)
         self.faults_delay = 0.0  # seconds to wait after the last failed step
         self.topics = sorted({s.topic for s in subscriptions})
@@ -75,13 +83,10 @@ class Worker:
         for s in subscriptions:
             self.groups_by_topic.setdefault(s.topic, set()).add(s.group)
         self._pending: list[Outcome] = []
-        self._passed: dict[tuple[str, str], list[MessageRef]] = {}  # rows for cleanup()
         self._collected: dict[tuple[str, str], int] = {}  # GC horizon already collected
         self._seen_head: int | None = None
         self._next_maintain = 0.0
         self._next_acquire = 0.0
-        self._new_partitions = False
-        self._next_sweep = 0.0
         self._next_gc = time.monotonic() + conf.gc_interval
         self._name_deadline: float | None = None
         self.exit_code = 0
@@ -121,15 +126,14 @@ class Worker:
         return self.exit_code
 
     def _start(self) -> float:
-        """Check the name is free, note the log head, create lease rows for the partitions
-        below it. Returns 0 once started, else seconds until the next try. Anything committed
-        after the noted head is found by the polls, so nothing published meanwhile is missed.
+        """Check the name is free, note the log head, record the topics' partition counts
+        and create their lease rows. Returns 0 once started, else seconds until the next try.
         """
         head, _, db_now = LogSequencer.objects.head(self.using)
         self.clock.sync(db_now)
         if self.leasing.name_in_use(db_now):
             return self._name_taken()
-        self.leasing.discover_all()
+        self.leasing.prepare()
         self._seen_head = head
         return 0.0
 
@@ -174,30 +178,38 @@ class Worker:
         if now >= self._next_maintain:
             self._maintain(now, now_ms)
         elif now >= self._next_acquire and not self.stopping.is_set():
-            # Between renewals, once per ACQUIRE_INTERVAL: rebalance early when partitions
-            # appeared or workers joined or left (one query), else take what was freed.
+            # Between renewals, once per ACQUIRE_INTERVAL: rebalance early when workers
+            # joined or left (one query), else take what was freed.
             self._next_acquire = now + ACQUIRE_INTERVAL
-            if self._new_partitions or self.leasing.membership_changed(now_ms):
+            if self.leasing.membership_changed(now_ms):
                 self._maintain(now, now_ms)
             elif self.leasing.below_share():
                 self.leasing.acquire(now_ms)
         self._drain_outcomes()
-        self._note_new_messages(head, now_ms)
-        sweep = self.burst or now >= self._next_sweep
-        if sweep:
-            self._next_sweep = now + SWEEP_INTERVAL
-        looked = attention.to_look_at(self.partitions.values(), now_ms, sweep)
+        self._drain_extensions()
+        self._note_new_messages(head)
+        held = list(self.partitions.values())
         full = False
         delivered = 0
-        if looked or self._pending or attention.extension_due(self.partitions.values(), now_ms):
-            result = self.cycle.run(
-                self.partitions, looked, list(self._pending), self._free_capacity(), now_ms
-            )
-            self._apply(result, looked)
+        if (self._pending or attention.cycle_wanted(held, now_ms)
+                or attention.extension_due(held, now_ms, self.dispatcher.is_running)):
+            started = time.monotonic()
+            try:
+                result = self.cycle.run(self.partitions, list(self._pending),
+                                        self._capacity())
+            except Exception:
+                # The cycle changed partition state that its transaction did not commit:
+                # rebuild every window from the database before the next delivery.
+                for partition in held:
+                    partition.loaded = False
+                raise
+            took = time.monotonic() - started
+            if took > SLOW_CYCLE:
+                logger.warning("slow poll cycle seconds=%.2f partitions=%s deliveries=%s",
+                               took, len(held), len(result.deliveries))
+            self._apply(result)
             full = result.full
             delivered = len(result.deliveries)
-        if self._passed:
-            cleanup(self._passed, self.using)
         pending_idents = {o.partition.ident for o in self._pending}
         self.leasing.release_drained(pending_idents)
         if self.conf.gc_interval and now >= self._next_gc:
@@ -227,79 +239,66 @@ class Worker:
         self.leasing.maintain(now_ms, acquire=not self.stopping.is_set())
         self._next_maintain = now + self.conf.renew_interval
         self._next_acquire = now + ACQUIRE_INTERVAL
-        self._new_partitions = False
 
     def _drain_outcomes(self) -> None:
         while True:
             try:
                 outcome = self.dispatcher.outcomes.get_nowait()
-            except Exception:  # noqa: BLE001 - queue.Empty
+            except queue.Empty:
                 return
             self._pending.append(outcome)
-            outcome.partition.needs_look = True
 
-    def _note_new_messages(self, head: int, now_ms: int) -> None:
+    def _drain_extensions(self) -> None:
+        """Fold handlers' own visibility extensions into their partitions' state."""
+        while True:
+            try:
+                ident, offset, until = self.extensions.get_nowait()
+            except queue.Empty:
+                return
+            partition = self.partitions.get(ident)
+            if partition is not None:
+                partition.extended(offset, until)
+
+    def _note_new_messages(self, head: int) -> None:
         if self._seen_head is None or head <= self._seen_head:
-            return  # (None: stopped before start-up discovery finished)
-        new = QueueMessage.objects.new_since(self._seen_head, head, self.topics, now_ms,
-                                             self.using)
-        for topic, keys in attention.note_new_messages(self.partitions.values(), new).items():
-            self.leasing.discover(topic, keys)
-            self._new_partitions = True  # recompute fair shares and take them soon
-        # Only now: had discovery failed, the next poll must read these positions again.
+            return
+        heads = QueueMessage.objects.partition_heads(self._seen_head, head, self.topics,
+                                                     self.using)
+        attention.note_heads(self.partitions, heads, self.groups_by_topic)
+        # Only now: had the read failed, the next poll must read these positions again.
         self._seen_head = head
 
-    def _free_capacity(self) -> int:
-        in_flight = sum(len(p.in_flight) for p in self.partitions.values())
-        return max(0, self.capacity - in_flight)
+    def _capacity(self) -> int:
+        """Messages this worker may have in flight at once."""
+        return self.capacity
 
-    def _apply(self, result: CycleResult, looked: list[Partition]) -> None:
-        """Fold a committed cycle into local state, then dispatch and signal."""
+    def _apply(self, result: CycleResult) -> None:
+        """Fold a committed cycle into the worker: forget lost partitions, signal outcomes,
+        hand deliveries to handler threads."""
         self.leasing.drop(result.lost)
-        for subscription, refs in result.passed.items():
-            self._passed.setdefault(subscription, []).extend(refs)
-        done = {id(o) for o in result.applied} | {id(o) for o in result.dropped}
+        done = {id(o) for o in result.done}
         self._pending = [o for o in self._pending if id(o) not in done]
-        for partition in looked:
-            partition.needs_look = partition.ident in result.more
-            if partition.ident in result.watermarks:
-                partition.watermark = result.watermarks[partition.ident]
-            if partition.ident in result.walked:
-                partition.dirty = False
-                partition.settled = result.settled[partition.ident]
-        for outcome in result.applied + result.dropped:
-            outcome.partition.in_flight.pop(outcome.message.offset, None)
-        for (ident, offset), until in result.extended.items():
-            holder = self.partitions.get(ident)
-            if holder is not None and offset in holder.in_flight:
-                holder.in_flight[offset].invisible_until = until
-        for outcome in result.applied:
-            announce.outcome(outcome)
-            if outcome.kind == "nack":
-                outcome.partition.add_timer(self.clock.now_ms() + int(outcome.delay * 1000))
-            else:
-                outcome.partition.dirty = True
-            outcome.partition.needs_look = True
-        for dead in result.dead_on_fetch:
-            dead.partition.needs_look = True
-            dead.partition.dirty = True
-            announce.dead_lettered(dead.message, dead.partition.subscription, dead.error)
-        for delivery in result.deliveries:
-            partition = delivery.partition
-            partition.max_position = max(partition.max_position or 0, delivery.message.position)
-            partition.in_flight[delivery.message.offset] = InFlight(
-                delivery.message.offset, delivery.message.position, delivery.invisible_until
-            )
-            delivery.message._extend = extender(partition, delivery.generation, delivery.message,
-                                                self.name, self.clock, self.using)
-            announce.delivered(delivery.message, partition.subscription)
-            self.dispatcher.submit(partition, delivery.generation, delivery.message)
+        for report in result.reports.values():
+            partition = report.partition
+            for outcome in report.recorded:
+                announce.outcome(outcome)
+            for dead in report.dead_on_fetch:
+                announce.dead_lettered(dead.message, partition.subscription, dead.error)
+            for delivery in report.deliveries:
+                delivery.message._extend = extender(
+                    partition, delivery.generation, delivery.message, self.name, self.clock,
+                    self.using, self.extensions,
+                )
+                announce.delivered(delivery.message, partition.subscription)
+                self.dispatcher.submit(partition, delivery.generation, delivery.message)
 
     def _burst_done(self, delivered: int, pending: bool) -> bool:
+        now_ms = self.clock.now_ms()
         return (
             delivered == 0 and not pending and not self._pending
             and self.dispatcher.busy == 0
-            and not any(p.in_flight or p.needs_look for p in self.partitions.values())
+            and not any(p.in_flight_count() or p.wants_look(now_ms)
+                        for p in self.partitions.values())
             and self.leasing.nothing_claimable
         )
 

@@ -94,7 +94,7 @@ DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 # See docs/quickstart.md for what each one means.
 SQLQUEUE = {
     "POLL_INTERVAL": 0.1,  # seconds an idle worker waits between polls
-    "BATCH_SIZE": 10,  # messages fetched per partition per poll; 1 = strictly in order
+    "BATCH_SIZE": 10,  # 1 = each key strictly one message at a time, in order
     "VISIBILITY_TIMEOUT": 30.0,  # seconds before an unacked delivery is redelivered
     "MAX_ATTEMPTS": 5,  # deliveries before a failing message moves to the DLQ
     # The demo's two workers should share partitions within seconds, so leases here are
@@ -107,6 +107,8 @@ SQLQUEUE = {
     "PUBLISH_BATCH_SIZE": 500,  # rows per INSERT in publish_many
     "GC_INTERVAL": 60.0,  # seconds between deletions of fully consumed messages; 0 = off
     "SHUTDOWN_GRACE": 30.0,  # seconds a stopping worker waits for running handlers
+    "PARTITIONS": 16,  # partitions of a new topic: the most workers a group can spread over
+    "TOPICS": {"orders": {"PARTITIONS": 8}},  # per-topic overrides
 }
 
 # --------------------------------------------------------------------------- the rest

@@ -74,3 +74,22 @@ def extends_its_own_visibility(message: sqlqueue.Message) -> None:
     record(message)
     message.extend_visibility(float(message.payload["extend"]))
     time.sleep(float(message.payload.get("sleep", 0)))
+
+
+@sqlqueue.subscriber("keyed", group="ordered", batch_size=1, backoff=FAST_RETRY)
+def strictly_ordered_per_key(message: sqlqueue.Message) -> None:
+    """Fails its first payload["fail_attempts"] attempts, retrying after payload["retry_in"]."""
+    record(message)
+    if message.attempt <= int(message.payload.get("fail_attempts", 0)):
+        raise sqlqueue.Retry(delay=float(message.payload["retry_in"]), reason="not yet")
+
+
+@sqlqueue.subscriber("spread", group="pool", backoff=FAST_RETRY)
+def shared_keyless(message: sqlqueue.Message) -> None:
+    record(message)
+    time.sleep(0.005)
+
+
+@sqlqueue.subscriber("manykeys", group="bulk", backoff=FAST_RETRY)
+def one_of_many_keys(message: sqlqueue.Message) -> None:
+    record(message)

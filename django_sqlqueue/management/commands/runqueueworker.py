@@ -12,6 +12,7 @@ from django.db import connections
 
 from django_sqlqueue.consuming.registry import autodiscover, subscriptions
 from django_sqlqueue.exceptions import ConfigurationError
+from django_sqlqueue.models.fields import SUBSCRIBER_NAME_LENGTH
 from django_sqlqueue.worker.process import Worker
 
 
@@ -60,6 +61,9 @@ class Command(BaseCommand):
             raise CommandError(f"unknown database alias {options['database']!r}")
         if options["name"] is not None and not options["name"].strip():
             raise CommandError("--name must not be empty")
+        if options["name"] is not None and len(options["name"]) > SUBSCRIBER_NAME_LENGTH:
+            raise CommandError(f"--name is {len(options['name'])} characters long; the limit is "
+                               f"{SUBSCRIBER_NAME_LENGTH}")
         try:
             autodiscover()
         except ConfigurationError as exc:

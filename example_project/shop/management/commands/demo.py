@@ -78,7 +78,7 @@ def place_three_orders(run: Run) -> None:
         message = _message_of(order)
         run.say(
             f"order #{order.pk} {customer:<6} {total:>6}  ->  offset {message.offset}, "
-            f"key {message.partition_key}, id {message.message_id}"
+            f"key {message.message_key}, id {message.message_id}"
         )
 
 
@@ -155,10 +155,10 @@ def show_the_log(run: Run) -> None:
     rows = (
         QueueMessage.objects.filter(offset__gt=run.first_offset)
         .order_by("offset")
-        .values_list("topic", "partition_key", "message_id", "offset", "position")
+        .values_list("topic", "message_key", "partition_key", "message_id", "offset", "position")
     )
-    _table(run, ["topic", "key", "id", "offset", "position"], list(rows))
-    offsets = {row[3] for row in rows}
+    _table(run, ["topic", "key", "partition", "id", "offset", "position"], list(rows))
+    offsets = {row[4] for row in rows}
     last = max(offsets, default=run.first_offset)
     unused = [str(o) for o in range(run.first_offset + 1, last) if o not in offsets]
     if unused:
@@ -210,8 +210,9 @@ def start_two_workers(run: Run) -> None:
             runs = HandlerRun.objects.filter(group=group, worker_pid=pid, order__in=order_ids)
             customers = sorted({f"customer-{c}" for c in runs.values_list("order__customer", flat=True)})
             rows.append((group, name, str(runs.count()), ", ".join(customers) or "-"))
-    _table(run, ["group", "worker", "handled", "partitions (keys)"], rows)
-    run.say("each partition (key) is leased to one worker per group; both groups saw every order")
+    _table(run, ["group", "worker", "handled", "keys"], rows)
+    run.say("each partition is leased to one worker per group, and a key always maps to the same "
+            "partition; both groups saw every order")
 
 
 def show_the_dead_letter(run: Run) -> None:

@@ -1,0 +1,98 @@
+"""Change a topic's partition count, which is only safe once the topic is drained.
+
+A key's messages are ordered because they all land in one partition. With a new count a
+key may map to another partition, where a second worker could handle its new messages
+while the old ones still wait in the old partition. So a topic is repartitioned only when
+every consumer group has acked all its sequenced messages; those are then deleted and the
+new count is recorded, all in one transaction that holds the sequencer's lock, so no
+message is positioned (and mapped) in between. Watermarks and read cursors of the
+remaining partitions stay: they are log positions, and every later message gets a higher
+one. Unsequenced messages are left alone; the sequencer maps them with the new count.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from django.db import transaction
+
+from .conf import MAX_PARTITIONS
+from .exceptions import TopicNotDrained
+from .models import (
+    ConsumerOffset,
+    DeliveryState,
+    LogSequencer,
+    PartitionLease,
+    QueueMessage,
+    SubscriberHeartbeat,
+    Topic,
+)
+from .partitioning import partition_names
+from .publishing import validate_topic
+
+DELETE_BATCH = 1000  # messages per DELETE statement
+
+
+@dataclass(frozen=True)
+class RepartitionResult:
+    topic: str
+    old_partitions: int | None  # None: the topic had no recorded count yet
+    new_partitions: int
+    deleted_messages: int  # consumed messages removed with the old mapping
+
+    @property
+    def changed(self) -> bool:
+        return self.old_partitions != self.new_partitions
+
+
+def repartition(topic: str, partitions: int, *, using: str = "default") -> RepartitionResult:
+    """Give ``topic`` ``partitions`` partitions; raise TopicNotDrained unless every consumer
+    group registered for it has consumed all its sequenced messages (see module doc)."""
+    validate_topic(topic)
+    if (not isinstance(partitions, int) or isinstance(partitions, bool)
+            or not 1 <= partitions <= MAX_PARTITIONS):
+        raise ValueError(
+            f"partitions must be a whole number from 1 to {MAX_PARTITIONS}, got {partitions!r}"
+        )
+    with transaction.atomic(using=using):
+        # Wait for a running sequencer rather than skip it: until this commits, nothing is
+        # positioned, so the topic cannot gain unconsumed messages after the check below.
+        LogSequencer.objects.lock_counter_wait(using)
+        old = Topic.objects.partition_counts([topic], using).get(topic)
+        if old is None:
+            # Never sequenced: nothing is mapped yet. A worker starting meanwhile may have
+            # recorded the configured count first; then that is the count to change.
+            old = Topic.objects.record({topic: partitions}, using)[topic]
+            if old == partitions:
+                return RepartitionResult(topic, None, partitions, 0)
+        if old == partitions:
+            return RepartitionResult(topic, old, partitions, 0)
+        _check_drained(topic, using)
+        keep = set(partition_names(partitions))
+        # Lease rows first: a worker's poll locks its lease rows before the state they
+        # guard, so taking them in the same order cannot deadlock with it.
+        PartitionLease.objects.delete_other_partitions(topic, keep, using)
+        ConsumerOffset.objects.delete_other_partitions(topic, keep, using)
+        DeliveryState.objects.delete_topic(topic, using)
+        deleted, after = 0, 0
+        while offsets := QueueMessage.objects.sequenced_offsets(topic, after, DELETE_BATCH, using):
+            deleted += QueueMessage.objects.delete_offsets(offsets, using)
+            after = offsets[-1]
+        Topic.objects.set_partitions(topic, partitions, using)
+    return RepartitionResult(topic, old, partitions, deleted)
+
+
+def _check_drained(topic: str, using: str) -> None:
+    """Raise TopicNotDrained unless each group that ever registered for ``topic`` (the
+    groups GC waits for) has acked every sequenced message of it."""
+    groups = sorted(SubscriberHeartbeat.objects.groups_of([topic], using)[topic])
+    if not groups:
+        # Nobody has consumed these yet; deleting them would lose them.
+        waiting = QueueMessage.objects.sequenced_count(topic, using)
+        if waiting:
+            raise TopicNotDrained(topic, {}, unclaimed=waiting)
+        return
+    behind = {group: count for group, count
+              in ConsumerOffset.objects.unconsumed_counts(topic, groups, using).items() if count}
+    if behind:
+        raise TopicNotDrained(topic, behind)
