@@ -11,7 +11,8 @@ the key moves to the new ``message_key`` column. The data is converted in place:
   delivered twice and nothing is skipped;
 * lease rows are dropped; workers create one per partition when they start.
 
-Stop every worker before migrating, and start them again on the new code afterwards.
+Stop every worker and publisher before migrating, and start them again on the new code
+afterwards: a row published by the old code after the migration would carry no key.
 """
 
 from __future__ import annotations
