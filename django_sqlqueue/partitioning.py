@@ -28,14 +28,16 @@ def partition_for(key: str, partitions: int) -> int:
                          "by offset (offset % partitions)")
     if not isinstance(partitions, int) or isinstance(partitions, bool) or partitions < 1:
         raise ValueError(f"partitions must be an int >= 1, got {partitions!r}")
-    return zlib.crc32(key.encode("utf-8", "surrogatepass")) % partitions
+    return _key_partition(key, partitions)
 
 
 def assign_partition(key: str, offset: int, partitions: int) -> str:
     """The ``partition_key`` column value of a message: its partition number as text."""
-    if key:
-        return str(zlib.crc32(key.encode("utf-8", "surrogatepass")) % partitions)
-    return str(offset % partitions)
+    return str(_key_partition(key, partitions) if key else offset % partitions)
+
+
+def _key_partition(key: str, partitions: int) -> int:
+    return zlib.crc32(key.encode("utf-8", "surrogatepass")) % partitions
 
 
 def partition_names(partitions: int) -> list[str]:

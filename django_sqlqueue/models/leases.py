@@ -1,18 +1,19 @@
 from __future__ import annotations
 
-from collections.abc import Collection, Sequence
+from collections.abc import Sequence
 
 from django.db import connections, models
 
 from ..db import sql as sqlb
 from ..db import vendor
 from .fields import GROUP_LENGTH, KEY_LENGTH, SUBSCRIBER_NAME_LENGTH, TOPIC_LENGTH
+from .partitioned import PartitionRowsManager
 
 # (consumer_group, topic, partition_key) -> generation
 Owned = dict[tuple[str, str, str], int]
 
 
-class PartitionLeaseManager(models.Manager["PartitionLease"]):
+class PartitionLeaseManager(PartitionRowsManager):
     """SQL for ``queue_partition_leases``: create, acquire, renew, fence, release."""
 
     def fence(self, worker: str, held: Sequence[tuple[str, str, str]], using: str) -> Owned:
@@ -125,27 +126,6 @@ class PartitionLeaseManager(models.Manager["PartitionLease"]):
             f"({sqlb.row_values(len(held), 2)})",
             [group, topic, worker, *[v for item in held.items() for v in item]],
         )
-
-    def delete_other_partitions(self, topic: str, keep: Collection[str], using: str) -> int:
-        """Delete every group's lease rows of the topic's partitions not in ``keep`` (the
-        topic shrank); a worker holding one finds it gone and drops the partition.
-
-        Each DELETE names its group, so it locks a primary-key range rather than scanning
-        (and waiting for) lease rows that workers of other topics hold.
-        """
-        doomed: dict[str, list[str]] = {}
-        for group, partition in (
-            self.using(using).filter(topic=topic)
-            .values_list("consumer_group", "partition_key").distinct()
-        ):
-            if partition not in keep:
-                doomed.setdefault(group, []).append(partition)
-        deleted = 0
-        for group, partitions in doomed.items():
-            for batch in sqlb.chunks(partitions, 500):
-                deleted += self.using(using).filter(
-                    consumer_group=group, topic=topic, partition_key__in=batch).delete()[0]
-        return deleted
 
 
 class PartitionLease(models.Model):

@@ -1,6 +1,6 @@
 from __future__ import annotations
 
-from collections.abc import Collection, Sequence
+from collections.abc import Sequence
 from typing import NamedTuple
 
 from django.db import connections, models
@@ -8,6 +8,7 @@ from django.db import connections, models
 from ..db import sql as sqlb
 from ..db import vendor
 from .fields import GROUP_LENGTH, KEY_LENGTH, TOPIC_LENGTH
+from .partitioned import PartitionRowsManager
 
 
 class Progress(NamedTuple):
@@ -17,7 +18,7 @@ class Progress(NamedTuple):
     fetched: int  # the read cursor: every message at or below it has a delivery row (or is acked)
 
 
-class ConsumerOffsetManager(models.Manager["ConsumerOffset"]):
+class ConsumerOffsetManager(PartitionRowsManager):
     """SQL for ``queue_offsets``: read and advance watermarks, find the GC horizon."""
 
     def ensure(self, group: str, topic: str, partitions: Sequence[str], using: str) -> None:
@@ -98,23 +99,6 @@ class ConsumerOffsetManager(models.Manager["ConsumerOffset"]):
         )
         return {group: int(sqlb.fetch_all(connection, sql, [group, topic])[0][0])
                 for group in groups}
-
-    def delete_other_partitions(self, topic: str, keep: Collection[str], using: str) -> int:
-        """Delete every group's watermarks of the topic's partitions not in ``keep`` (the
-        topic shrank). Each DELETE names its group, so it is a primary-key range."""
-        doomed: dict[str, list[str]] = {}
-        for group, partition in (
-            self.using(using).filter(topic=topic)
-            .values_list("consumer_group", "partition_key").distinct()
-        ):
-            if partition not in keep:
-                doomed.setdefault(group, []).append(partition)
-        deleted = 0
-        for group, partitions in doomed.items():
-            for batch in sqlb.chunks(partitions, 500):
-                deleted += self.using(using).filter(
-                    consumer_group=group, topic=topic, partition_key__in=batch).delete()[0]
-        return deleted
 
 
 class ConsumerOffset(models.Model):

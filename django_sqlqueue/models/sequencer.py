@@ -35,14 +35,8 @@ class LogSequencerManager(models.Manager["LogSequencer"]):
             )
             if cursor.fetchone() is not None:
                 return None
-            prefix, suffix = sqlb.insert_ignore(connection, ["name"])
-            cursor.execute(
-                f"{prefix} {q('queue_sequencer')} ({q('name')}, {q('last_position')}, "
-                f"{q('sequenced_by')}, {q('sequenced_at')}) VALUES (%s, 0, '', 0){suffix}",
-                [name],
-            )
             # Inserted: the new row is ours and locked. Not inserted: it exists and is locked.
-            return 0 if cursor.rowcount == 1 else None
+            return 0 if self._create_counter(using, name) else None
 
     def lock_counter_wait(self, using: str, name: str = DEFAULT_SEQUENCER) -> int:
         """Lock the counter row, waiting for whoever holds it; return its last position.
@@ -60,17 +54,21 @@ class LogSequencerManager(models.Manager["LogSequencer"]):
         if not positions:
             # Created by us, or by a concurrent transaction whose INSERT this one waits
             # for: either way the row exists afterwards, and the SELECT locks it.
-            connection = connections[using]
-            q = sqlb.quoter(connection)
-            prefix, suffix = sqlb.insert_ignore(connection, ["name"])
-            sqlb.execute(
-                connection,
-                f"{prefix} {q('queue_sequencer')} ({q('name')}, {q('last_position')}, "
-                f"{q('sequenced_by')}, {q('sequenced_at')}) VALUES (%s, 0, '', 0){suffix}",
-                [name],
-            )
+            self._create_counter(using, name)
             positions = list(locked.all())
         return int(positions[0])
+
+    def _create_counter(self, using: str, name: str) -> bool:
+        """Insert the counter row unless it exists; True when this call inserted it."""
+        connection = connections[using]
+        q = sqlb.quoter(connection)
+        prefix, suffix = sqlb.insert_ignore(connection, ["name"])
+        return sqlb.execute(
+            connection,
+            f"{prefix} {q('queue_sequencer')} ({q('name')}, {q('last_position')}, "
+            f"{q('sequenced_by')}, {q('sequenced_at')}) VALUES (%s, 0, '', 0){suffix}",
+            [name],
+        ) == 1
 
     def advance(self, last_position: int, sequenced_by: str, using: str,
                 name: str = DEFAULT_SEQUENCER) -> None:

@@ -29,14 +29,7 @@ def note_heads(partitions: dict[tuple[str, str, str], Partition],
 def extension_due(partitions: Iterable[Partition], now_ms: int,
                   is_running: Callable[[tuple[str, str, str], int], bool]) -> bool:
     """Whether a running handler's message has used half its visibility timeout."""
-    for partition in partitions:
-        if not partition.subscription.auto_extend:
-            continue
-        half = int(partition.subscription.visibility_timeout * 500)
-        if any(e.due_ms - now_ms < half and is_running(partition.ident, e.offset)
-               for e in partition.in_flight()):
-            return True
-    return False
+    return any(p.due_for_extension(now_ms, is_running) for p in partitions)
 
 
 def cycle_wanted(partitions: Iterable[Partition], now_ms: int) -> bool:

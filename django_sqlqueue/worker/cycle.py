@@ -34,7 +34,6 @@ class Delivery:
     partition: Partition
     generation: int
     message: Message
-    invisible_until: int
 
 
 @dataclass
@@ -131,10 +130,9 @@ class PollCycle:
             by_number = {p.number: p for p in members}
             for row in rows:
                 partition = by_number[row.partition]
-                admitted = partition.admit(row, 0, may_deliver=False)
-                entry = admitted.entry
+                entry = partition.admit(row, 0, may_deliver=False).entry
                 if entry is not None and self.is_running(partition.ident, entry.offset):
-                    entry.state = "in_flight"
+                    partition.running(entry)
             for partition in members:
                 partition.loaded = True
                 partition.progress_saved = True
@@ -184,13 +182,8 @@ class PollCycle:
         """Push back the visibility of running messages that used half their timeout."""
         due: dict[Subscriber, list[tuple[Partition, Entry]]] = defaultdict(list)
         for partition in partitions:
-            subscription = partition.subscription
-            if not subscription.auto_extend:
-                continue
-            half = int(subscription.visibility_timeout * 500)
-            for entry in partition.in_flight():
-                if entry.due_ms - now_ms < half and self.is_running(partition.ident, entry.offset):
-                    due[(partition.group, partition.topic)].append((partition, entry))
+            for entry in partition.due_for_extension(now_ms, self.is_running):
+                due[(partition.group, partition.topic)].append((partition, entry))
         for (group, topic), items in due.items():
             until = now_ms + int(items[0][0].subscription.visibility_timeout * 1000)
             DeliveryState.objects.extend(group, topic, [p.ref(e.offset) for p, e in items],
@@ -284,8 +277,7 @@ class PollCycle:
         """Deliver ``entry``; its visibility is set in _write_deliveries, from the clock read
         after every fetch of the cycle, so slow reads never eat into a handler's time."""
         writes.handed_out[(partition.group, partition.topic)].append((partition, entry))
-        result.report(partition).deliveries.append(
-            Delivery(partition, partition.generation, message, 0))
+        result.report(partition).deliveries.append(Delivery(partition, partition.generation, message))
 
     def _write_deliveries(self, writes: _Writes, result: CycleResult) -> None:
         for (group, topic), holds in writes.holds.items():
@@ -297,10 +289,6 @@ class PollCycle:
                 group, topic, [p.ref(e.offset) for p, e in items], until, self.using)
             for partition, entry in items:
                 partition.delivered(entry, until)
-        for report in result.reports.values():
-            for delivery in report.deliveries:
-                held = report.partition.entries.get(delivery.message.offset)
-                delivery.invisible_until = held.due_ms if held is not None else now_ms
 
     def _advance(self, partitions: list[Partition]) -> None:
         """Move watermarks past acked messages, drop the delivery rows they passed, and save

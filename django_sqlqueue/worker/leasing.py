@@ -18,7 +18,7 @@ from collections.abc import Iterable
 from django.db import transaction
 
 from ..consuming.registry import Subscription
-from ..models import ConsumerOffset, PartitionLease, SubscriberHeartbeat, Topic
+from ..models import PartitionLease, SubscriberHeartbeat, Topic
 from ..partitioning import partition_names
 from ..sequencing import partition_counts
 from .partitions import Ident, Partition
@@ -195,7 +195,7 @@ class Leasing:
         held = sorted(
             (p for p in self.partitions.values()
              if p.subscription is subscription and not p.draining),
-            key=lambda p: int(p.number) if p.number.isdigit() else -1,
+            key=lambda p: int(p.number),
         )
         partitions, workers = self.last_counts.get((subscription.group, subscription.topic), (0, 0))
         for partition in held[share:]:
@@ -218,13 +218,12 @@ class Leasing:
                 return []
             PartitionLease.objects.take(group, topic, numbers, self.worker_name, stale_before,
                                         now_ms, self.using)
-            ConsumerOffset.objects.ensure(group, topic, numbers, self.using)
         owned = PartitionLease.objects.owned(group, topic, self.worker_name, self.using)
         taken = []
         for number in numbers:
             if number not in owned:
                 continue
-            # Its window is rebuilt from the database by the next poll cycle.
+            # Its watermark row and window are set up by the next poll cycle.
             partition = Partition(subscription, number, owned[number])
             self.partitions[partition.ident] = partition
             taken.append(partition)

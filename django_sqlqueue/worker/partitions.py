@@ -17,6 +17,7 @@ from __future__ import annotations
 import contextlib
 import heapq
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Literal
 
@@ -75,6 +76,11 @@ class Partition:
     # Strict mode: per key, the offsets of its unacked messages in log order, head first.
     key_queues: dict[str, deque[int]] = field(default_factory=dict)
     _timers: list[tuple[int, int]] = field(default_factory=list)  # heap of (due_ms, offset)
+    # Offsets of the in-flight entries: polls ask about them every tick, so they are not
+    # found by scanning a window that may hold thousands of waiting entries.
+    _in_flight: set[int] = field(default_factory=set)
+    # An entry was admitted or settled since the watermark was last moved.
+    _moved: bool = False
     # Stop fetching, release once in-flight work is done (rebalancing or shutdown).
     draining: bool = False
     # Watermark or cursor moved since they were saved.
@@ -99,10 +105,18 @@ class Partition:
     # ----------------------------------------------------------------- questions
 
     def in_flight(self) -> list[Entry]:
-        return [e for e in self.entries.values() if e.state == "in_flight"]
+        return [self.entries[offset] for offset in self._in_flight]
 
     def in_flight_count(self) -> int:
-        return sum(1 for e in self.entries.values() if e.state == "in_flight")
+        return len(self._in_flight)
+
+    def due_for_extension(self, now_ms: int, is_running: Callable[[Ident, int], bool]) -> list[Entry]:
+        """Running messages that used half their visibility timeout (auto-extension)."""
+        if not self.subscription.auto_extend:
+            return []
+        half = int(self.subscription.visibility_timeout * 500)
+        return [e for e in self.in_flight()
+                if e.due_ms - now_ms < half and is_running(self.ident, e.offset)]
 
     def unread(self) -> bool:
         """Messages may wait above the read cursor."""
@@ -130,9 +144,6 @@ class Partition:
         due = self.next_due()
         return (due is not None and due <= now_ms) or (self.unread() and self.window_space() > 0)
 
-    def lowest_unacked(self) -> int | None:
-        return min((e.position for e in self.entries.values()), default=None)
-
     # ----------------------------------------------------------------- transitions
 
     def reset(self, watermark: int, cursor: int) -> None:
@@ -141,6 +152,8 @@ class Partition:
         self.entries.clear()
         self.key_queues.clear()
         self._timers.clear()
+        self._in_flight.clear()
+        self._moved = True  # (watermark, cursor] may be all acked: the next advance looks
         self.head = None
         self.loaded = False
         self.progress_saved = True
@@ -155,6 +168,7 @@ class Partition:
         position = message.position or 0
         self.cursor = max(self.cursor, position)
         self.progress_saved = False
+        self._moved = True
         if delivery is not None and delivery.acked:
             return Admitted(None)
         entry = Entry(
@@ -188,10 +202,14 @@ class Partition:
         return ready
 
     def delivered(self, entry: Entry, invisible_until: int) -> None:
-        entry.state = "in_flight"
         entry.attempts += 1
         entry.due_ms = invisible_until
-        self._schedule(entry)
+        self._run(entry)
+
+    def running(self, entry: Entry) -> None:
+        """A rebuilt entry whose handler still runs in this process: it stays in flight
+        until its visibility runs out, and is extended like any other."""
+        self._run(entry)
 
     def extended(self, offset: int, invisible_until: int) -> None:
         entry = self.entries.get(offset)
@@ -200,6 +218,7 @@ class Partition:
             self._schedule(entry)
 
     def retry_at(self, entry: Entry, due_ms: int, error: str) -> None:
+        self._in_flight.discard(entry.offset)
         entry.state = "waiting"
         entry.due_ms = due_ms
         entry.last_error = error
@@ -209,6 +228,8 @@ class Partition:
         """The group is done with ``entry`` (acked or dead-lettered): drop it, and let the
         next message of its key go (strict mode)."""
         self.entries.pop(entry.offset, None)
+        self._in_flight.discard(entry.offset)
+        self._moved = True
         queue = self.key_queues.get(entry.key) if entry.key else None
         if queue is None:
             return
@@ -228,7 +249,10 @@ class Partition:
     def advance(self) -> tuple[int, int] | None:
         """Move the watermark up to just below the lowest unacked entry (or to the cursor);
         return (old, new) when it moved."""
-        lowest = self.lowest_unacked()
+        if not self._moved:
+            return None
+        self._moved = False
+        lowest = min((e.position for e in self.entries.values()), default=None)
         new = self.cursor if lowest is None else lowest - 1
         if new <= self.watermark:
             return None
@@ -241,6 +265,11 @@ class Partition:
 
     def ref(self, offset: int) -> MessageRef:
         return MessageRef(self.number, offset)
+
+    def _run(self, entry: Entry) -> None:
+        entry.state = "in_flight"
+        self._in_flight.add(entry.offset)
+        self._schedule(entry)
 
     def _schedule(self, entry: Entry) -> None:
         heapq.heappush(self._timers, (entry.due_ms, entry.offset))

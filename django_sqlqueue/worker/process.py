@@ -195,8 +195,7 @@ class Worker:
                 or attention.extension_due(held, now_ms, self.dispatcher.is_running)):
             started = time.monotonic()
             try:
-                result = self.cycle.run(self.partitions, list(self._pending),
-                                        self._capacity())
+                result = self.cycle.run(self.partitions, list(self._pending), self.capacity)
             except Exception:
                 # The cycle changed partition state that its transaction did not commit:
                 # rebuild every window from the database before the next delivery.
@@ -267,10 +266,6 @@ class Worker:
         attention.note_heads(self.partitions, heads, self.groups_by_topic)
         # Only now: had the read failed, the next poll must read these positions again.
         self._seen_head = head
-
-    def _capacity(self) -> int:
-        """Messages this worker may have in flight at once."""
-        return self.capacity
 
     def _apply(self, result: CycleResult) -> None:
         """Fold a committed cycle into the worker: forget lost partitions, signal outcomes,
