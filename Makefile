@@ -6,6 +6,8 @@
 #   make test-compat   only the Python 3.11 + Django 5.2 run, on all three backends
 #   make lint          ruff + mypy
 #   make bench         benchmarks/run.py against BENCH_DATABASE_URL (default: MariaDB)
+#   make provision     install mysqlclient's build packages, start MariaDB and PostgreSQL
+#                      (test and bench do this first; PROVISION=0 skips it)
 #   make clean         remove virtualenvs, test databases and caches
 #
 # Variables: PYTEST_ARGS (passed to pytest), BACKENDS (default "sqlite mysql postgres"),
@@ -72,6 +74,7 @@ BACKENDS ?= sqlite mysql postgres
 BENCH_DATABASE_URL ?= $(or $(DATABASE_URL),$(MYSQL_URL))
 PYTEST_ARGS ?=
 BENCH_ARGS ?=
+PROVISION ?= 1
 
 LINT_PATHS := $(wildcard django_sqlqueue tests example_project benchmarks)
 IS_CI := $(filter 1 true True TRUE yes on,$(CI))
@@ -128,10 +131,10 @@ endef
 
 # --------------------------------------------------------------------------- targets
 
-.PHONY: help demo test test-backends test-compat lint check-migrations bench clean FORCE
+.PHONY: help demo test test-backends test-compat lint check-migrations bench provision clean FORCE
 
 help:
-	@sed -n '3,13s/^# \{0,1\}//p' $(firstword $(MAKEFILE_LIST))
+	@sed -n '3,15s/^# \{0,1\}//p' $(firstword $(MAKEFILE_LIST))
 
 # The venv marker is re-checked on every run but only rewritten when the interpreter
 # changes, so the install stamps below are redone only when needed.
@@ -147,12 +150,17 @@ $(VENV)/.stamp-base: pyproject.toml $(VENV)/.sqlqueue-python
 	$(PY) -m pip install -qq -e . 'Django~=$(DJANGO_SERIES).0'
 	@touch $@
 
-$(VENV)/.stamp-dev: pyproject.toml $(VENV)/.sqlqueue-python
+# Debian packages mysqlclient builds against, and running database servers (.ci/provision
+# is idempotent and takes a fraction of a second when everything is in place).
+provision:
+	@if [ "$(PROVISION)" != 0 ]; then .ci/provision; fi
+
+$(VENV)/.stamp-dev: pyproject.toml $(VENV)/.sqlqueue-python | provision
 	@echo "sqlqueue: installing django-sqlqueue[dev,mysql,postgres] (editable) into $(VENV)"
 	$(PY) -m pip install -qq -e '.[dev,mysql,postgres]' 'Django~=$(DJANGO_SERIES).0'
 	@touch $@ $(VENV)/.stamp-base
 
-$(COMPAT_VENV)/.stamp-dev: pyproject.toml $(COMPAT_VENV)/.sqlqueue-python
+$(COMPAT_VENV)/.stamp-dev: pyproject.toml $(COMPAT_VENV)/.sqlqueue-python | provision
 	@echo "sqlqueue: installing django-sqlqueue[dev,mysql,postgres] (editable) into $(COMPAT_VENV)"
 	$(COMPAT_PY) -m pip install -qq -e '.[dev,mysql,postgres]' 'Django~=$(COMPAT_DJANGO_SERIES).0'
 	@touch $@
@@ -169,17 +177,17 @@ check-migrations: $(VENV)/.stamp-dev
 	DATABASE_URL='$(SQLITE_URL)' DJANGO_SETTINGS_MODULE=tests.settings \
 	  $(PY) -m django makemigrations --check --dry-run
 
-test-backends: $(VENV)/.stamp-dev
+test-backends: $(VENV)/.stamp-dev | provision
 	$(call run_suite,$(PY),Python $(BASE_VERSION) / Django $(DJANGO_SERIES))
 
 test: lint check-migrations test-backends $(if $(IS_CI),test-compat)
 
-test-compat: $(COMPAT_VENV)/.stamp-dev
+test-compat: $(COMPAT_VENV)/.stamp-dev | provision
 	DATABASE_URL='$(SQLITE_URL)' DJANGO_SETTINGS_MODULE=tests.settings \
 	  $(COMPAT_PY) -m django makemigrations --check --dry-run
 	$(call run_suite,$(COMPAT_PY),Python $(COMPAT_VERSION) / Django $(COMPAT_DJANGO_SERIES))
 
-bench: $(VENV)/.stamp-dev
+bench: $(VENV)/.stamp-dev | provision
 	DATABASE_URL='$(BENCH_DATABASE_URL)' PYTHONPATH='$(ROOT)' $(PY) benchmarks/run.py $(BENCH_ARGS)
 
 clean:

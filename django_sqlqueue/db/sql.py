@@ -38,6 +38,21 @@ def union_all(branches: Sequence[str]) -> str:
     )
 
 
+def locked_table(connection: BaseDatabaseWrapper, table: str, index: str | None = None) -> str:
+    """``table`` for an UPDATE or a locking SELECT that must read only the rows it names
+    (see :func:`vendor.force_index_sql`)."""
+    return vendor.quote(connection, table) + vendor.force_index_sql(connection, index)
+
+
+def delete_from(connection: BaseDatabaseWrapper, table: str, index: str | None = None) -> str:
+    """``DELETE FROM table`` reading only the rows it names: MySQL takes index hints only
+    in its multi-table form, ``DELETE t FROM t FORCE INDEX (...)``."""
+    name = vendor.quote(connection, table)
+    if connection.vendor == "mysql":
+        return f"DELETE {name} FROM {locked_table(connection, table, index)}"
+    return f"DELETE FROM {name}"
+
+
 def chunks(items: Sequence[Any], size: int = MAX_UNION_BRANCHES) -> Iterable[Sequence[Any]]:
     for start in range(0, len(items), size):
         yield items[start:start + size]

@@ -59,6 +59,23 @@ def for_share_sql(connection: BaseDatabaseWrapper) -> str:
     return " FOR SHARE"
 
 
+def force_index_sql(connection: BaseDatabaseWrapper, index: str | None = None) -> str:
+    """An index hint pinning a locking statement to ``index`` (default: the primary key).
+
+    InnoDB locks every row a locking statement reads, not only the rows it changes. On the
+    small tables a queue keeps (a few hundred delivery rows, one lease and one offsets row
+    per partition) MariaDB's optimizer prefers a full scan to a few hundred primary-key
+    lookups, and that scan locks the rows of partitions other workers own: their
+    transactions then wait for ours, or deadlock with it. Measured before the hint: every
+    delete of acked delivery rows scanned the table, and two workers deadlocked about 7
+    times per 20,000 messages. PostgreSQL and SQLite lock only the rows a statement
+    changes, so they need no hint.
+    """
+    if connection.vendor != "mysql":
+        return ""
+    return f" FORCE INDEX ({quote(connection, index) if index else 'PRIMARY'})"
+
+
 def true_sql(connection: BaseDatabaseWrapper) -> str:
     return "TRUE" if connection.vendor == "postgresql" else "1"
 

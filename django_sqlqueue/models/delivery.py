@@ -210,7 +210,8 @@ class DeliveryStateManager(models.Manager["DeliveryState"]):
         where, params = _refs_sql(q, refs)
         return sqlb.execute(
             connection,
-            f"UPDATE {q('queue_delivery_state')} SET {q('acked')} = {vendor.true_sql(connection)}"
+            f"UPDATE {sqlb.locked_table(connection, 'queue_delivery_state')} "
+            f"SET {q('acked')} = {vendor.true_sql(connection)}"
             f"{set_error} WHERE {q('consumer_group')} = %s AND {q('topic')} = %s AND {where}",
             ([error[:ERROR_LENGTH]] if error else []) + [group, topic, *params],
         )
@@ -254,7 +255,8 @@ class DeliveryStateManager(models.Manager["DeliveryState"]):
         where, params = _refs_sql(q, refs)
         return sqlb.execute(
             connection,
-            f"UPDATE {table} SET {q('invisible_until')} = %s "
+            f"UPDATE {sqlb.locked_table(connection, 'queue_delivery_state')} "
+            f"SET {q('invisible_until')} = %s "
             f"WHERE {q('consumer_group')} = %s AND {q('topic')} = %s AND {where} "
             f"AND {q('acked')} = {vendor.false_sql(connection)}{fence_sql}",
             [invisible_until, group, topic, *params, *fence_params],
@@ -271,7 +273,8 @@ class DeliveryStateManager(models.Manager["DeliveryState"]):
             where, params = _refs_sql(q, batch)
             deleted += sqlb.execute(
                 connection,
-                f"DELETE FROM {q('queue_delivery_state')} WHERE {q('consumer_group')} = %s "
+                f"{sqlb.delete_from(connection, 'queue_delivery_state')} "
+                f"WHERE {q('consumer_group')} = %s "
                 f"AND {q('topic')} = %s AND {where} AND {q('acked')} = {vendor.true_sql(connection)}",
                 [group, topic, *params],
             )

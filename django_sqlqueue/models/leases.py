@@ -38,7 +38,8 @@ class PartitionLeaseManager(PartitionRowsManager):
                 rows = sqlb.fetch_all(
                     connection,
                     f"SELECT {q('partition_key')}, {q('leased_by')}, {q('generation')} "
-                    f"FROM {q('queue_partition_leases')} WHERE {q('consumer_group')} = %s "
+                    f"FROM {sqlb.locked_table(connection, 'queue_partition_leases')} "
+                    f"WHERE {q('consumer_group')} = %s "
                     f"AND {q('topic')} = %s AND {q('partition_key')} IN "
                     f"({sqlb.placeholders(len(batch))})" + vendor.for_share_sql(connection),
                     [group, topic, *batch],
@@ -80,7 +81,8 @@ class PartitionLeaseManager(PartitionRowsManager):
         q = sqlb.quoter(connection)
         sqlb.execute(
             connection,
-            f"UPDATE {q('queue_partition_leases')} SET {q('leased_by')} = %s, "
+            f"UPDATE {sqlb.locked_table(connection, 'queue_partition_leases')} "
+            f"SET {q('leased_by')} = %s, "
             f"{q('leased_at')} = %s, {q('lease_renewed_at')} = %s, "
             f"{q('generation')} = {q('generation')} + 1 "
             f"WHERE {q('consumer_group')} = %s AND {q('topic')} = %s "
@@ -106,8 +108,8 @@ class PartitionLeaseManager(PartitionRowsManager):
         q = sqlb.quoter(connection)
         return sqlb.execute(
             connection,
-            f"UPDATE {q('queue_partition_leases')} SET {q('lease_renewed_at')} = %s "
-            f"WHERE {q('leased_by')} = %s",
+            f"UPDATE {sqlb.locked_table(connection, 'queue_partition_leases', 'queue_lease_owner')} "
+            f"SET {q('lease_renewed_at')} = %s WHERE {q('leased_by')} = %s",
             [now_ms, worker],
         )
 
@@ -120,7 +122,8 @@ class PartitionLeaseManager(PartitionRowsManager):
         q = sqlb.quoter(connection)
         return sqlb.execute(
             connection,
-            f"UPDATE {q('queue_partition_leases')} SET {q('leased_by')} = '', "
+            f"UPDATE {sqlb.locked_table(connection, 'queue_partition_leases')} "
+            f"SET {q('leased_by')} = '', "
             f"{q('lease_renewed_at')} = 0 WHERE {q('consumer_group')} = %s AND {q('topic')} = %s "
             f"AND {q('leased_by')} = %s AND ({q('partition_key')}, {q('generation')}) IN "
             f"({sqlb.row_values(len(held), 2)})",

@@ -160,7 +160,8 @@ class QueueMessageManager(models.Manager["QueueMessage"]):
         offsets = [a[0] for a in assignments]
         sqlb.execute(
             connection,
-            f"UPDATE {q('queue_messages')} SET {q('position')} = CASE {q('offset')} {cases} END, "
+            f"UPDATE {sqlb.locked_table(connection, 'queue_messages')} "
+            f"SET {q('position')} = CASE {q('offset')} {cases} END, "
             f"{q('partition_key')} = CASE {q('offset')} {cases} END "
             f"WHERE {q('offset')} IN ({sqlb.placeholders(len(offsets))})",
             positions + partitions + offsets,
@@ -268,7 +269,7 @@ class QueueMessageManager(models.Manager["QueueMessage"]):
         q = sqlb.quoter(connection)
         return sqlb.execute(
             connection,
-            f"DELETE FROM {q('queue_messages')} WHERE {q('offset')} IN "
+            f"{sqlb.delete_from(connection, 'queue_messages')} WHERE {q('offset')} IN "
             f"({sqlb.placeholders(len(offsets))})",
             list(offsets),
         )

@@ -58,7 +58,7 @@ class ConsumerOffsetManager(PartitionRowsManager):
         fetched_params: list[object] = [v for p, mark in progress.items() for v in (p, mark.fetched)]
         return sqlb.execute(
             connection,
-            f"UPDATE {q('queue_offsets')} SET "
+            f"UPDATE {sqlb.locked_table(connection, 'queue_offsets')} SET "
             f"{q('offset_acked')} = CASE WHEN {q('offset_acked')} < {acked} THEN {acked} "
             f"ELSE {q('offset_acked')} END, "
             f"{q('offset_fetched')} = CASE WHEN {q('offset_fetched')} < {fetched} THEN {fetched} "
