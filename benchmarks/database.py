@@ -19,6 +19,7 @@ QUEUE_TABLES = (
     "queue_offsets",
     "queue_subscriber_heartbeats",
     "queue_sequencer",
+    "queue_topics",
 )
 
 MYSQL = "django.db.backends.mysql"

@@ -29,7 +29,8 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 if str(REPO_ROOT) not in sys.path:
     sys.path.insert(0, str(REPO_ROOT))
 
-NAMES = ["publish_single", "publish_many", "end_to_end", "latency", "idle_queries"]
+NAMES = ["publish_single", "publish_many", "end_to_end", "latency", "idle_queries",
+         "many_keys", "scale", "fleet"]
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -50,6 +51,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         help="how long latency publishes at 20 msg/s (default: 15)")
     parser.add_argument("--idle-seconds", type=float, default=10.0,
                         help="idle_queries counting window (default: 10)")
+    parser.add_argument("--scale-messages", type=int, default=1_000_000,
+                        help="messages (each with its own key) for scale (default: 1000000)")
+    parser.add_argument("--scale-timeout", type=float, default=1800.0,
+                        help="how long scale may take to drain, in seconds (default: 1800)")
+    parser.add_argument("--fleet-sizes", default="8,16,32",
+                        help="comma-separated worker counts for fleet (default: 8,16,32)")
     parser.add_argument("--profile", action="store_true",
                         help="MariaDB/MySQL: also count the end_to_end workers' statements "
                              "by kind and table (adds a little overhead)")
@@ -57,8 +64,14 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         help="keep the worker logs even when every benchmark succeeded")
     args = parser.parse_args(argv)
     if args.seconds <= 0 or args.messages < 1 or args.latency_seconds <= 0 \
-            or args.idle_seconds <= 0:
-        parser.error("durations and --messages must be positive")
+            or args.idle_seconds <= 0 or args.scale_messages < 1 or args.scale_timeout <= 0:
+        parser.error("durations and message counts must be positive")
+    try:
+        args.fleet_sizes = tuple(int(n) for n in args.fleet_sizes.split(","))
+    except ValueError:
+        parser.error(f"--fleet-sizes must be comma-separated numbers, got {args.fleet_sizes!r}")
+    if any(n < 1 for n in args.fleet_sizes):
+        parser.error("--fleet-sizes must be positive")
     return args
 
 
@@ -78,7 +91,9 @@ def main(argv: list[str] | None = None) -> int:
     django.setup()
     from django.core.management import call_command
 
-    from benchmarks import suite
+    from benchmarks import scaling, suite
+
+    benchmarks = {**suite.BENCHMARKS, **scaling.BENCHMARKS}
 
     call_command("migrate", verbosity=0, interactive=False)
     meta = describe(db, args)
@@ -89,6 +104,8 @@ def main(argv: list[str] | None = None) -> int:
         db=db, vendor=database.vendor(db), seconds=args.seconds, work_dir=work_dir,
         e2e_messages=args.messages, latency_seconds=args.latency_seconds,
         idle_seconds=args.idle_seconds, profile=args.profile,
+        scale_messages=args.scale_messages, scale_timeout=args.scale_timeout,
+        fleet_sizes=args.fleet_sizes,
     )
     results: list[suite.Result] = []
     failures: list[str] = []
@@ -99,7 +116,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"\n== {name}", flush=True)
             t0 = time.monotonic()
             try:
-                produced = suite.BENCHMARKS[name](ctx)
+                produced = benchmarks[name](ctx)
             except Exception as exc:  # noqa: BLE001 - report it, run the others
                 suite.stop_workers(ctx)
                 failures.append(f"{name}: {type(exc).__name__}: {exc}")
@@ -210,7 +227,7 @@ def print_header(meta: dict[str, Any]) -> None:
 def fmt(value: float | None) -> str:
     if value is None:
         return "-"
-    if abs(value) >= 100:
+    if isinstance(value, int) or abs(value) >= 100:
         return f"{value:,.0f}"
     return f"{value:.2f}" if abs(value) < 10 else f"{value:.1f}"
 

@@ -11,6 +11,7 @@ import json
 import math
 import multiprocessing
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -37,6 +38,7 @@ IDLE_DRAIN_TIMEOUT = 150  # seconds
 MANY_BATCH = 500
 CLAIM_BATCH = 10
 E2E_ROUNDS = 2
+LONGEST_CYCLE = re.compile(r"worker stopped .*longest_cycle_ms=(\d+)")
 
 
 # ---------------------------------------------------------------------------- results
@@ -92,6 +94,9 @@ class Context:
     latency_seconds: float = 15.0
     idle_seconds: float = 10.0
     profile: bool = False  # count the end_to_end workers' statements (MariaDB/MySQL)
+    scale_messages: int = 1_000_000
+    scale_timeout: float = 1800.0
+    fleet_sizes: tuple[int, ...] = (8, 16, 32)
     workers: list[subprocess.Popen[bytes]] = field(default_factory=list)
     log: Callable[[str], None] = print
 
@@ -366,11 +371,23 @@ def end_to_end(ctx: Context) -> list[Result]:
 
 def _e2e_round(ctx: Context, total: int, tag: str) -> dict[str, Any]:
     ctx.empty_queue()
-    for start in range(0, total, 5000):
-        sqlqueue.publish_many("bench", [
-            {"payload": make_payload(i), "key": f"k{i % E2E_KEYS}"}
-            for i in range(start, min(total, start + 5000))
+    publish_in_batches("bench", total, lambda i: f"k{i % E2E_KEYS}")
+    return drain_round(ctx, "bench", total, [f"e2e-{tag}-1", f"e2e-{tag}-2"])
+
+
+def publish_in_batches(topic: str, total: int, key: Callable[[int], str],
+                       payload: Callable[[int], Any] = make_payload, batch: int = 5000) -> None:
+    for start in range(0, total, batch):
+        sqlqueue.publish_many(topic, [
+            {"payload": payload(i), "key": key(i)}
+            for i in range(start, min(total, start + batch))
         ])
+
+
+def drain_round(ctx: Context, topic: str, total: int, tags: list[str], timeout: float = 120,
+                extra_env: dict[str, str] | None = None) -> dict[str, Any]:
+    """Start one worker per tag on ``topic`` and time them from launch until all ``total``
+    waiting messages are acked; then stop them (their logs give the longest poll cycle)."""
     holders: dict[str, float] = {}
     launch = time.monotonic()
     launched_at = time.time()
@@ -382,16 +399,18 @@ def _e2e_round(ctx: Context, total: int, tag: str) -> dict[str, Any]:
         next_sample[0] = now + 0.25
         for (owner,) in fetch_all(
             "SELECT DISTINCT leased_by FROM queue_partition_leases WHERE consumer_group = "
-            "'bench' AND topic = 'bench' AND leased_by <> ''"
+            "'bench' AND topic = %s AND leased_by <> ''", [topic]
         ):
             holders.setdefault(owner, now - launch)
 
-    tags = [f"e2e-{tag}-1", f"e2e-{tag}-2"]
     for name in tags:
-        start_worker(ctx, "bench", name, statement_log(ctx, name) if ctx.profile else None)
+        env = dict(extra_env or {})
+        if ctx.profile:
+            env.update(statement_log(ctx, name))
+        start_worker(ctx, topic, name, env)
     profile = None
     try:
-        first, done = wait_all_acked(ctx, "bench", total, timeout=120, on_poll=sample_leases)
+        first, done = wait_all_acked(ctx, topic, total, timeout=timeout, on_poll=sample_leases)
         if done is not None and ctx.profile and ctx.vendor == "mysql":
             done_at = launched_at + (done - launch)
             empty = {"at": launched_at, "total": 0, "counts": {}, "seconds": {}}
@@ -400,7 +419,7 @@ def _e2e_round(ctx: Context, total: int, tag: str) -> dict[str, Any]:
     finally:
         stop_workers(ctx)
     if done is None:
-        raise RuntimeError(f"end_to_end: not all {total} messages acked within 120 s")
+        raise RuntimeError(f"{topic}: not all {total} messages acked within {timeout:g} s")
     elapsed = done - launch
     result: dict[str, Any] = {
         "seconds": round(elapsed, 2), "rate": round(total / elapsed),
@@ -409,10 +428,22 @@ def _e2e_round(ctx: Context, total: int, tag: str) -> dict[str, Any]:
         # worker never got a partition before the end.
         "lease_holders": {k.rsplit(":", 1)[-1]: round(v, 2) for k, v in holders.items()},
         "deadlocks_retried": _count_in_logs(ctx, tags, "Deadlock found"),
+        "longest_cycle_ms": longest_cycle_ms(ctx, tags),
     }
     if profile:
         result["statements"] = profile
     return result
+
+
+def longest_cycle_ms(ctx: Context, tags: list[str]) -> float | None:
+    """The longest poll cycle of these (stopped) workers, from their stop lines."""
+    longest = None
+    for tag in tags:
+        path = ctx.work_dir / f"worker-{tag}.log"
+        if path.exists():
+            for match in LONGEST_CYCLE.finditer(path.read_text(errors="replace")):
+                longest = max(longest or 0.0, float(match.group(1)))
+    return longest
 
 
 def _count_in_logs(ctx: Context, tags: list[str], needle: str) -> int:
@@ -528,7 +559,7 @@ def _read_latency_log(path: Path) -> dict[int, float]:
 
 
 def idle_queries(ctx: Context) -> list[Result]:
-    """Statements per second of one idle worker holding 1,000 drained partitions."""
+    """Statements per second of one idle worker after draining 1,000 keys (16 partitions)."""
     if ctx.vendor != "mysql":
         ctx.log("  skipped: the statement counter hooks mysqlclient (MariaDB/MySQL only)")
         return [Result("idle_queries", None, "queries/s", target="<= 20 queries/s",
@@ -553,7 +584,7 @@ def idle_queries(ctx: Context) -> list[Result]:
                                f"within {IDLE_DRAIN_TIMEOUT} s")
         drain = done - launch
         time.sleep(1.0)  # let the last cycle settle every partition
-        ctx.log(f"  drained {IDLE_KEYS} partitions in {drain:.1f}s; counting for "
+        ctx.log(f"  drained {IDLE_KEYS} keys in {drain:.1f}s; counting for "
                 f"{ctx.idle_seconds:g}s")
         connection.close()
         first = read_statements(ctx, "idle", time.time())
@@ -584,7 +615,7 @@ def idle_queries(ctx: Context) -> list[Result]:
     gc_interval = get_settings().gc_interval
     gc_rate = gc_statements / gc_interval if gc_interval else 0.0
     details: dict[str, Any] = {
-        "partitions": IDLE_KEYS, "window_s": counted["seconds"], "statements": counted["total"],
+        "keys": IDLE_KEYS, "window_s": counted["seconds"], "statements": counted["total"],
         "statement_mix": counted["kinds"],
         # Cross-check only: the server's counter includes every other client.
         "server_questions_per_s_all_clients": round(
@@ -597,7 +628,7 @@ def idle_queries(ctx: Context) -> list[Result]:
             "gc_pass_statements": gc_statements, "gc_interval_s": gc_interval,
             "gc_queries_per_s": round(gc_rate, 1)}),
         at_most("idle_drain", round(drain, 1), "s", None, {
-            "what": f"worker launch until {IDLE_KEYS} one-message partitions were acked"}),
+            "what": f"worker launch until {IDLE_KEYS} one-message keys were acked"}),
     ]
 
 

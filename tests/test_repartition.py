@@ -409,3 +409,35 @@ def test_the_command_line_repartitions_a_drained_topic():
     assert (result.returncode, result.stdout, result.stderr) == (
         0, "topic 'orders': 12 -> 24 partitions; deleted 2 consumed messages\n", "")
     assert recorded("orders") == 24
+
+
+# --------------------------------------------------------------------------- running workers
+
+
+def test_a_worker_that_saw_the_old_count_removes_lease_rows_it_recreated_after_a_shrink():
+    """A worker starting while "orders" shrinks from 12 to 3 partitions reads the old count,
+    then inserts lease rows for partitions 0..11 after the repartition deleted 3..11. At its
+    next renewal it sees the new count and removes them again, so no worker leases (or
+    keeps) a partition the topic no longer has."""
+    from django_sqlqueue.consuming.registry import autodiscover, subscriptions
+    from django_sqlqueue.worker.leasing import Leasing
+
+    autodiscover()
+    billing = [s for s in subscriptions() if (s.topic, s.group) == ("orders", "billing")]
+    assert billing
+    leasing = Leasing("late-starter", "default", billing, lease_duration=30)
+    Topic.objects.record({"orders": 12}, "default")
+    leasing.prepare()  # reads 12 and creates 12 lease rows
+    register("billing")
+    assert repartition("orders", 3).old_partitions == 12
+    # The late insert of the race: rows for the removed partitions reappear.
+    PartitionLease.objects.ensure_partitions("billing", "orders", partition_names(12), "default")
+    ConsumerOffset.objects.ensure("billing", "orders", partition_names(12), "default")
+    now_ms = int(time.time() * 1000)
+    leasing.maintain(now_ms)
+
+    rows = PartitionLease.objects.filter(consumer_group="billing", topic="orders")
+    assert sorted(rows.values_list("partition_key", flat=True)) == ["0", "1", "2"]
+    assert sorted(ConsumerOffset.objects.filter(topic="orders")
+                  .values_list("partition_key", flat=True)) == ["0", "1", "2"]
+    assert sorted(p.number for p in leasing.partitions.values()) == ["0", "1", "2"]

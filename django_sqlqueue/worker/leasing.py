@@ -18,7 +18,7 @@ from collections.abc import Iterable
 from django.db import transaction
 
 from ..consuming.registry import Subscription
-from ..models import PartitionLease, SubscriberHeartbeat, Topic
+from ..models import ConsumerOffset, PartitionLease, SubscriberHeartbeat, Topic
 from ..partitioning import partition_names
 from ..sequencing import partition_counts
 from .partitions import Ident, Partition
@@ -58,6 +58,15 @@ class Leasing:
 
     def _ensure_partitions(self, counts: dict[str, int]) -> None:
         changed = {topic: n for topic, n in counts.items() if self.counts.get(topic) != n}
+        for topic, count in changed.items():
+            if count < self.counts.get(topic, count):
+                # The topic shrank. Repartitioning deleted the removed partitions' rows, but
+                # a worker that read the old count just before may have inserted lease rows
+                # for them again (this one, at start-up): remove them, so nobody leases a
+                # partition that no longer exists.
+                keep = set(partition_names(count))
+                PartitionLease.objects.delete_other_partitions(topic, keep, self.using)
+                ConsumerOffset.objects.delete_other_partitions(topic, keep, self.using)
         for subscription in self.subscriptions:
             count = changed.get(subscription.topic)
             if count is not None:
@@ -212,8 +221,11 @@ class Leasing:
         with transaction.atomic(using=self.using):
             numbers = PartitionLease.objects.claimable(group, topic, stale_before, want,
                                                        self.using)
-            # Never re-take a partition this worker is still draining.
-            numbers = [n for n in numbers if (group, topic, n) not in self.partitions]
+            # Never re-take a partition this worker is still draining, nor one the topic
+            # no longer has (see _ensure_partitions).
+            count = self.counts.get(topic, 0)
+            numbers = [n for n in numbers
+                       if (group, topic, n) not in self.partitions and int(n) < count]
             if not numbers:
                 return []
             PartitionLease.objects.take(group, topic, numbers, self.worker_name, stale_before,

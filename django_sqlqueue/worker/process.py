@@ -89,6 +89,8 @@ class Worker:
         self._next_acquire = 0.0
         self._next_gc = time.monotonic() + conf.gc_interval
         self._name_deadline: float | None = None
+        self.cycles = 0  # poll cycles run, and the longest one (seconds), logged at stop
+        self.longest_cycle = 0.0
         self.exit_code = 0
         self.exit_reason = ""
 
@@ -122,7 +124,8 @@ class Worker:
                     self.wake.wait(delay)
                     self.wake.clear()
             self._shutdown()
-        logger.info("worker stopped name=%s", self.name)
+        logger.info("worker stopped name=%s cycles=%s longest_cycle_ms=%.0f", self.name,
+                    self.cycles, self.longest_cycle * 1000)
         return self.exit_code
 
     def _start(self) -> float:
@@ -203,6 +206,8 @@ class Worker:
                     partition.loaded = False
                 raise
             took = time.monotonic() - started
+            self.cycles += 1
+            self.longest_cycle = max(self.longest_cycle, took)
             if took > SLOW_CYCLE:
                 logger.warning("slow poll cycle seconds=%.2f partitions=%s deliveries=%s",
                                took, len(held), len(result.deliveries))
