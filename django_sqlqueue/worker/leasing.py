@@ -68,10 +68,10 @@ class Leasing:
                 PartitionLease.objects.delete_other_partitions(topic, keep, self.using)
                 ConsumerOffset.objects.delete_other_partitions(topic, keep, self.using)
         for subscription in self.subscriptions:
-            count = changed.get(subscription.topic)
-            if count is not None:
+            if subscription.topic in changed:
                 PartitionLease.objects.ensure_partitions(
-                    subscription.group, subscription.topic, partition_names(count), self.using)
+                    subscription.group, subscription.topic,
+                    partition_names(changed[subscription.topic]), self.using)
         self.counts.update(changed)
 
     def maintain(self, now_ms: int, acquire: bool = True) -> None:
