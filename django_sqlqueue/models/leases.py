@@ -93,14 +93,10 @@ class PartitionLeaseManager(PartitionRowsManager):
         )
 
     def owned(self, group: str, topic: str, worker: str, using: str) -> dict[str, int]:
-        connection = connections[using]
-        q = sqlb.quoter(connection)
-        return {r[0]: int(r[1]) for r in sqlb.fetch_all(
-            connection,
-            f"SELECT {q('partition_key')}, {q('generation')} FROM {q('queue_partition_leases')} "
-            f"WHERE {q('consumer_group')} = %s AND {q('topic')} = %s AND {q('leased_by')} = %s",
-            [group, topic, worker],
-        )}
+        return dict(
+            self.using(using).filter(consumer_group=group, topic=topic, leased_by=worker)
+            .values_list("partition_key", "generation")
+        )
 
     def renew(self, worker: str, now_ms: int, using: str) -> int:
         """Renew every lease ``worker`` holds, in one statement."""

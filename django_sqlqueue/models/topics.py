@@ -3,6 +3,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 
 from django.db import connections, models
+from django.db.models.expressions import RawSQL
 
 from ..db import sql as sqlb
 from ..db import vendor
@@ -42,14 +43,8 @@ class TopicManager(models.Manager["Topic"]):
         return recorded
 
     def set_partitions(self, topic: str, partitions: int, using: str) -> None:
-        connection = connections[using]
-        q = sqlb.quoter(connection)
-        sqlb.execute(
-            connection,
-            f"UPDATE {q('queue_topics')} SET {q('partitions')} = %s, "
-            f"{q('updated_at')} = {vendor.now_ms_sql(connection)} WHERE {q('topic')} = %s",
-            [partitions, topic],
-        )
+        now = RawSQL(vendor.now_ms_sql(connections[using]), [])  # the database clock
+        self.using(using).filter(topic=topic).update(partitions=partitions, updated_at=now)
 
 
 class Topic(models.Model):

@@ -134,8 +134,7 @@ class PollCycle:
                 if entry is not None and self.is_running(partition.ident, entry.offset):
                     partition.running(entry)
             for partition in members:
-                partition.loaded = True
-                partition.progress_saved = True
+                partition.rebuilt()
 
     def _record(self, partitions: dict[Ident, Partition], outcomes: list[Outcome],
                 lost: set[Ident], now_ms: int, result: CycleResult) -> None:
@@ -309,7 +308,7 @@ class PollCycle:
                 ConsumerOffset.objects.save_progress(group, topic, unsaved, self.clock(),
                                                      self.using)
                 for partition in members:
-                    partition.progress_saved = True
+                    partition.progress_written()
 
 
 def _by_subscription(partitions: Iterable[Partition]) -> dict[Subscriber, list[Partition]]:

@@ -158,6 +158,18 @@ class Partition:
         self.loaded = False
         self.progress_saved = True
 
+    def rebuilt(self) -> None:
+        """The window now holds what the database had: the progress read is the saved one."""
+        self.loaded = True
+        self.progress_saved = True
+
+    def unreliable(self) -> None:
+        """A cycle failed after changing this window: rebuild it before delivering again."""
+        self.loaded = False
+
+    def progress_written(self) -> None:
+        self.progress_saved = True
+
     def admit(self, row: ReadRow, now_ms: int, may_deliver: bool) -> Admitted:
         """Take one message (in position order) into the window.
 

@@ -203,7 +203,7 @@ class Worker:
                 # The cycle changed partition state that its transaction did not commit:
                 # rebuild every window from the database before the next delivery.
                 for partition in held:
-                    partition.loaded = False
+                    partition.unreliable()
                 raise
             took = time.monotonic() - started
             self.cycles += 1
