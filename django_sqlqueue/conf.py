@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from django.conf import settings
+from django.core.signals import setting_changed
 
 DEFAULTS: dict[str, Any] = {
     # How long an idle worker waits between polls, in seconds.
@@ -74,7 +75,30 @@ def raw_settings() -> dict[str, Any]:
     return {**DEFAULTS, **(user if isinstance(user, dict) else {})}
 
 
+_cached: tuple[object, QueueSettings] | None = None
+
+
 def get_settings() -> QueueSettings:
-    """The current settings; call it each time rather than caching the result."""
+    """The current settings; call it each time rather than caching the result.
+
+    Built once per ``SQLQUEUE`` object (publish() calls this for every message):
+    ``override_settings`` installs a new object, and ``setting_changed`` clears the cache
+    for changes made in place.
+    """
+    global _cached
+    user = getattr(settings, "SQLQUEUE", None)
+    if _cached is not None and _cached[0] is user:
+        return _cached[1]
     values = raw_settings()
-    return QueueSettings(**{name.lower(): values[name] for name in DEFAULTS})
+    built = QueueSettings(**{name.lower(): values[name] for name in DEFAULTS})
+    _cached = (user, built)
+    return built
+
+
+def _forget(*, setting: str, **kwargs: Any) -> None:
+    global _cached
+    if setting == "SQLQUEUE":
+        _cached = None
+
+
+setting_changed.connect(_forget)

@@ -63,6 +63,7 @@ def test_checks_are_registered_under_the_sqlqueue_tag():
     assert "sqlqueue.E003" in [message.id for message in messages]
 
 
+@pytest.mark.django_db  # Django's own model checks ask SQLite whether it has JSON1
 def test_default_check_run_reports_a_bad_setting():
     with override_settings(SQLQUEUE={"POLL_INTERVAL": 0}):
         messages = run_checks()
@@ -266,6 +267,7 @@ def test_sqlite_with_immediate_transactions_passes():
     ) == []
 
 
+@pytest.mark.django_db  # Django's own model checks ask SQLite whether it has JSON1
 def test_database_checks_run_with_the_default_check_run():
     databases = {"default": {**settings.DATABASES["default"],
                              "ENGINE": "django.db.backends.mysql",
