@@ -41,7 +41,11 @@ def test_20000_distinct_keys_drain_with_one_lease_row_per_partition(workers):
     for start in range(0, count, 2_000):
         sqlqueue.publish_many("manykeys", [
             {"payload": n, "key": f"customer-{n}"} for n in range(start, start + 2_000)])
-    started = [workers.start(name, "--topic", "manykeys", "--concurrency", "8")
+    # Leases longer than the suite's 3 s (those are for the tests about losing leases):
+    # this test is about draining, and a worker whose main loop stalls past its lease hands
+    # its in-flight messages to the other worker, which handles them again.
+    leases = {"LEASE_DURATION": 10.0, "RENEW_INTERVAL": 1.0}
+    started = [workers.start(name, "--topic", "manykeys", "--concurrency", "8", settings=leases)
                for name in ("many-a", "many-b")]
 
     wait_until(lambda: all_acked("bulk", "manykeys"), timeout=240,

@@ -24,7 +24,8 @@ from ..consuming.message import Message
 from ..models import ConsumerOffset, DeliveryState, PartitionLease, QueueMessage
 from ..models.delivery import Hold, MessageRef, ReadRow
 from ..models.offsets import Progress
-from .partitions import Entry, Ident, Outcome, Partition
+from .outcomes import Outcome
+from .partitions import Entry, Ident, Partition
 
 Subscriber = tuple[str, str]  # (consumer group, topic)
 
@@ -138,7 +139,7 @@ class PollCycle:
 
     def _record(self, partitions: dict[Ident, Partition], outcomes: list[Outcome],
                 lost: set[Ident], now_ms: int, result: CycleResult) -> None:
-        acks: dict[Subscriber, list[MessageRef]] = defaultdict(list)
+        ledger = _Ledger(self, now_ms)
         for outcome in outcomes:
             partition = outcome.partition
             result.done.append(outcome)
@@ -148,23 +149,11 @@ class PollCycle:
             entry = partition.entry_for(outcome.message)
             if entry is None:
                 continue  # already acked (a duplicate run finished first)
-            if outcome.kind != "ack" and outcome.message.attempt < entry.attempts:
+            if outcome.message.attempt < entry.attempts and not outcome.stands_when_superseded:
                 continue  # a newer delivery of it is running; that one decides
-            message, ref = outcome.message, partition.ref(entry.offset)
-            if outcome.kind == "ack":
-                acks[(partition.group, partition.topic)].append(ref)
-                partition.settled(entry)
-            elif outcome.kind == "nack":
-                due = now_ms + int(outcome.delay * 1000)
-                DeliveryState.objects.nack(partition.group, partition.topic, ref, due,
-                                           outcome.error, self.using)
-                partition.retry_at(entry, due, outcome.error)
-            else:
-                self._dead_letter(partition, message, outcome.error)
-                partition.settled(entry)
+            outcome.record(ledger, entry, partition.ref(entry.offset))
             result.report(partition).recorded.append(outcome)
-        for (group, topic), refs in acks.items():
-            DeliveryState.objects.ack(group, topic, refs, self.using)
+        ledger.flush()
 
     def _dead_letter(self, partition: Partition, message: Message, error: str) -> None:
         """Copy to the group's dead-letter topic and ack for this group only; the original
@@ -309,6 +298,30 @@ class PollCycle:
                                                      self.using)
                 for partition in members:
                     partition.progress_written()
+
+
+class _Ledger:
+    """How a poll cycle records outcomes: acks batched into one statement per consumer
+    group and topic, retries and dead letters one by one."""
+
+    def __init__(self, cycle: PollCycle, now_ms: int) -> None:
+        self.cycle = cycle
+        self.now_ms = now_ms
+        self.acks: dict[Subscriber, list[MessageRef]] = defaultdict(list)
+
+    def ack(self, partition: Partition, ref: MessageRef) -> None:
+        self.acks[(partition.group, partition.topic)].append(ref)
+
+    def nack(self, partition: Partition, ref: MessageRef, due_ms: int, error: str) -> None:
+        DeliveryState.objects.nack(partition.group, partition.topic, ref, due_ms, error,
+                                   self.cycle.using)
+
+    def dead_letter(self, partition: Partition, message: Message, error: str) -> None:
+        self.cycle._dead_letter(partition, message, error)
+
+    def flush(self) -> None:
+        for (group, topic), refs in self.acks.items():
+            DeliveryState.objects.ack(group, topic, refs, self.cycle.using)
 
 
 def _by_subscription(partitions: Iterable[Partition]) -> dict[Subscriber, list[Partition]]:

@@ -11,7 +11,8 @@ from django.db import close_old_connections
 
 from ..consuming.message import Message
 from ..exceptions import DeadLetter, Retry
-from .partitions import Ident, Outcome, Partition
+from .outcomes import Acked, DeadLettered, Outcome, Retried
+from .partitions import Ident, Partition
 
 logger = logging.getLogger("django_sqlqueue.worker")
 
@@ -69,12 +70,12 @@ class Dispatcher:
             delay = subscription.backoff.delay(message.attempt) if exc.delay is None else exc.delay
             self._failed(partition, generation, message, f"Retry: {exc}", delay)
         except DeadLetter as exc:
-            self.outcomes.put(Outcome(partition, generation, message, "dead", error=f"DeadLetter: {exc}"))
+            self.outcomes.put(DeadLettered(partition, generation, message, error=f"DeadLetter: {exc}"))
         except BaseException as exc:  # noqa: BLE001 - any handler failure is a nack, never a crash
             delay = subscription.backoff.delay(message.attempt)
             self._failed(partition, generation, message, f"{type(exc).__name__}: {exc}", delay)
         else:
-            self.outcomes.put(Outcome(partition, generation, message, "ack"))
+            self.outcomes.put(Acked(partition, generation, message))
         finally:
             close_old_connections()
 
@@ -86,11 +87,11 @@ class Dispatcher:
                 "handler failed, giving up topic=%s group=%s key=%s offset=%s attempt=%s error=%s",
                 message.topic, message.group, message.key, message.offset, message.attempt, error,
             )
-            self.outcomes.put(Outcome(partition, generation, message, "dead", error=error))
+            self.outcomes.put(DeadLettered(partition, generation, message, error=error))
         else:
             logger.info(
                 "handler failed, retrying in %.2fs topic=%s group=%s key=%s offset=%s attempt=%s "
                 "error=%s", delay, message.topic, message.group, message.key, message.offset,
                 message.attempt, error,
             )
-            self.outcomes.put(Outcome(partition, generation, message, "nack", delay=delay, error=error))
+            self.outcomes.put(Retried(partition, generation, message, error=error, delay=delay))

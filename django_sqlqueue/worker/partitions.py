@@ -296,16 +296,3 @@ def _attempts(delivery: DeliveryRow | None) -> int:
 # (consumer group, topic, partition): a partition as one consumer group sees it.
 Ident = tuple[str, str, str]
 
-OutcomeKind = Literal["ack", "nack", "dead"]
-
-
-@dataclass
-class Outcome:
-    """What a handler's run decided for one delivery."""
-
-    partition: Partition
-    generation: int
-    message: Message
-    kind: OutcomeKind
-    delay: float = 0.0  # seconds, for nack
-    error: str = ""

@@ -29,7 +29,8 @@ from .extension import Extensions, extender
 from .faults import FaultBackoff
 from .interrupts import stop_on_signals
 from .leasing import Leasing
-from .partitions import Ident, Outcome, Partition
+from .outcomes import Outcome
+from .partitions import Ident, Partition
 
 logger = logging.getLogger("django_sqlqueue.worker")
 
@@ -281,7 +282,7 @@ class Worker:
         for report in result.reports.values():
             partition = report.partition
             for outcome in report.recorded:
-                announce.outcome(outcome)
+                outcome.announce()
             for dead in report.dead_on_fetch:
                 announce.dead_lettered(dead.message, partition.subscription, dead.error)
             for delivery in report.deliveries:

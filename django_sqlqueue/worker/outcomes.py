@@ -1,0 +1,96 @@
+"""What a handler's run decided for one delivery, and what each decision does.
+
+Each kind of outcome is one class here: how the poll cycle records it (in its transaction,
+through a :class:`Ledger`) and which signal announces it once that transaction committed.
+A new kind is a new class in this module, raised by the dispatcher.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, ClassVar, Protocol
+
+from .. import signals
+from ..consuming.message import Message
+from . import announce
+from .partitions import Partition
+
+if TYPE_CHECKING:
+    from ..models.delivery import MessageRef
+    from .partitions import Entry
+
+
+class Ledger(Protocol):
+    """The poll cycle's side of recording outcomes (see ``PollCycle._record``)."""
+
+    now_ms: int
+
+    def ack(self, partition: Partition, ref: MessageRef) -> None: ...
+
+    def nack(self, partition: Partition, ref: MessageRef, due_ms: int, error: str) -> None: ...
+
+    def dead_letter(self, partition: Partition, message: Message, error: str) -> None: ...
+
+
+@dataclass
+class Outcome:
+    partition: Partition
+    generation: int  # of the lease the message was delivered under
+    message: Message
+    error: str = ""
+
+    # Whether the outcome still counts when a newer delivery of the same message is running
+    # (its visibility ran out and it was redelivered). Only a success does: the work is done.
+    # Anything else is left to the newer delivery.
+    stands_when_superseded: ClassVar[bool] = False
+
+    def record(self, ledger: Ledger, entry: Entry, ref: MessageRef) -> None:
+        raise NotImplementedError
+
+    def announce(self) -> None:
+        raise NotImplementedError
+
+
+@dataclass
+class Acked(Outcome):
+    """The handler returned: the message is done for this group."""
+
+    stands_when_superseded: ClassVar[bool] = True
+
+    def record(self, ledger: Ledger, entry: Entry, ref: MessageRef) -> None:
+        ledger.ack(self.partition, ref)
+        self.partition.settled(entry)
+
+    def announce(self) -> None:
+        signals.message_acked.send(sender=Message, message=self.message,
+                                   subscription=self.partition.subscription)
+
+
+@dataclass
+class Retried(Outcome):
+    """The handler failed (or raised Retry) with attempts left: visible again after ``delay``."""
+
+    delay: float = 0.0  # seconds
+
+    def record(self, ledger: Ledger, entry: Entry, ref: MessageRef) -> None:
+        due = ledger.now_ms + int(self.delay * 1000)
+        ledger.nack(self.partition, ref, due, self.error)
+        self.partition.retry_at(entry, due, self.error)
+
+    def announce(self) -> None:
+        signals.message_nacked.send(sender=Message, message=self.message,
+                                    subscription=self.partition.subscription,
+                                    delay=self.delay, error=self.error)
+
+
+@dataclass
+class DeadLettered(Outcome):
+    """Out of attempts, or the handler raised DeadLetter: copied to the group's dead-letter
+    topic and done for this group."""
+
+    def record(self, ledger: Ledger, entry: Entry, ref: MessageRef) -> None:
+        ledger.dead_letter(self.partition, self.message, self.error)
+        self.partition.settled(entry)
+
+    def announce(self) -> None:
+        announce.dead_lettered(self.message, self.partition.subscription, self.error)
