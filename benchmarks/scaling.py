@@ -52,7 +52,7 @@ def many_keys(ctx: Context) -> list[Result]:
     rounds: list[dict[str, Any]] = []
     for n in range(MANY_KEYS_ROUNDS):
         ctx.log(f"  round {n + 1}: baseline, {total} jobs, 2 processes")
-        base = suite._claim_baseline(ctx, total)
+        base = suite.claim_baseline(ctx, total)
         seconds["baseline"] += base
         record: dict[str, Any] = {"baseline_seconds": round(base, 2)}
         for name, key in variants.items():

@@ -348,7 +348,7 @@ def end_to_end(ctx: Context) -> list[Result]:
     for n in range(E2E_ROUNDS):
         ctx.log(f"  round {n + 1}: baseline, {total} jobs, 2 processes, claim {CLAIM_BATCH} "
                 "per transaction")
-        base_seconds = _claim_baseline(ctx, total)
+        base_seconds = claim_baseline(ctx, total)
         ctx.log(f"  round {n + 1}: queue, {total} messages, 2 workers")
         rounds.append(_e2e_round(ctx, total, f"r{n + 1}") | {
             "baseline_seconds": round(base_seconds, 2),
@@ -455,7 +455,7 @@ def _count_in_logs(ctx: Context, tags: list[str], needle: str) -> int:
     return count
 
 
-def _claim_baseline(ctx: Context, total: int) -> float:
+def claim_baseline(ctx: Context, total: int) -> float:
     baselines.fill_jobs(ctx.db, total, E2E_KEYS, make_payload)
     mp = multiprocessing.get_context("spawn")
     ready = [mp.Event(), mp.Event()]

@@ -20,7 +20,18 @@ import time
 import django_sqlqueue as sqlqueue
 
 _lock = threading.Lock()
-_fd: int | None = None
+_files: dict[str, int] = {}  # path -> file descriptor, opened on first use
+
+
+def append_line(path: str | None, line: str) -> None:
+    """Append ``line`` to ``path`` (nothing when the benchmark did not ask for it)."""
+    if not path:
+        return
+    with _lock:
+        fd = _files.get(path)
+        if fd is None:
+            fd = _files[path] = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        os.write(fd, f"{line}\n".encode())
 
 
 @sqlqueue.subscriber("bench", group="bench")
@@ -31,17 +42,8 @@ def noop(message: sqlqueue.Message) -> None:
 @sqlqueue.subscriber("latency", group="bench")
 def record_latency(message: sqlqueue.Message) -> None:
     received = time.time()
-    global _fd
-    with _lock:
-        if _fd is None:
-            path = os.environ.get("SQLQUEUE_BENCH_LATENCY_LOG")
-            if not path:
-                return
-            _fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-        os.write(_fd, f"{message.offset} {received:.6f} {message.attempt}\n".encode())
-
-
-_fleet_fd: int | None = None
+    append_line(os.environ.get("SQLQUEUE_BENCH_LATENCY_LOG"),
+                f"{message.offset} {received:.6f} {message.attempt}")
 
 
 @sqlqueue.subscriber("fleet", group="bench")
@@ -49,13 +51,6 @@ def record_run(message: sqlqueue.Message) -> None:
     began = time.time()
     time.sleep(0.005)
     ended = time.time()
-    global _fleet_fd
-    with _lock:
-        if _fleet_fd is None:
-            folder = os.environ.get("SQLQUEUE_BENCH_FLEET_DIR")
-            if not folder:
-                return
-            _fleet_fd = os.open(os.path.join(folder, f"{os.getpid()}.log"),
-                                os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-        os.write(_fleet_fd, f"{message.partition} {message.offset} {os.getpid()} "
-                            f"{began:.6f} {ended:.6f}\n".encode())
+    folder = os.environ.get("SQLQUEUE_BENCH_FLEET_DIR")
+    append_line(folder and os.path.join(folder, f"{os.getpid()}.log"),
+                f"{message.partition} {message.offset} {os.getpid()} {began:.6f} {ended:.6f}")

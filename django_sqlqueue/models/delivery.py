@@ -50,10 +50,9 @@ def _refs_sql(q: Callable[[str], str], refs: Sequence[MessageRef]) -> tuple[str,
     """``partition_key IN (...) AND ((partition_key = ? AND message_offset IN (...)) OR ...)``.
 
     A row-value list ``(partition_key, message_offset) IN ((..), ..)`` would be shorter, but
-    MariaDB turns a long one into a scan of the whole group, and a long OR of per-partition
-    terms can end the same way. Either scan locks rows of partitions another worker owns, so
-    two workers deadlock. The leading ``partition_key IN`` keeps every plan inside this
-    worker's own partitions.
+    MariaDB plans a long one as a scan of the whole group. Even this form is planned as a
+    scan on a small table, which is why every statement using it also pins the primary key
+    (:func:`vendor.force_index_sql`): a scan locks rows of partitions other workers own.
     """
     by_partition: dict[str, list[int]] = {}
     for partition, offset in refs:
@@ -127,26 +126,28 @@ class DeliveryStateManager(models.Manager["DeliveryState"]):
         """Per partition ``{partition: (watermark, cursor)}``, every message in
         (watermark, cursor] the group has not acked, with its delivery state: what a worker
         that takes over a partition must know. Bounded by the unacked messages, not by the
-        acked ones behind a slow head."""
+        acked ones behind a slow head; one query per 200 partitions, like :meth:`read_new`."""
         connection = connections[using]
         q = sqlb.quoter(connection)
-        false = vendor.false_sql(connection)
+        branch = (
+            f"SELECT d.{q('partition_key')} AS part, {select_columns(connection, 'm')}, "
+            f"d.{q('retry_count')} AS d_retries, d.{q('invisible_until')} AS d_invisible, "
+            f"d.{q('last_error')} AS d_error "
+            f"FROM {q('queue_delivery_state')} d JOIN {q('queue_messages')} m "
+            f"ON m.{q('offset')} = d.{q('message_offset')} "
+            f"WHERE d.{q('consumer_group')} = %s AND d.{q('topic')} = %s "
+            f"AND d.{q('partition_key')} = %s AND d.{q('acked')} = {vendor.false_sql(connection)} "
+            f"AND m.{q('position')} > %s AND m.{q('position')} <= %s"
+        )
+        open_windows = [p for p, (watermark, cursor) in windows.items() if cursor > watermark]
         result: list[ReadRow] = []
-        for partition, (watermark, cursor) in windows.items():
-            if cursor <= watermark:
-                continue
-            for values in sqlb.fetch_all(
-                connection,
-                f"SELECT {select_columns(connection, 'm')}, d.{q('retry_count')}, "
-                f"d.{q('invisible_until')}, d.{q('last_error')} "
-                f"FROM {q('queue_delivery_state')} d JOIN {q('queue_messages')} m "
-                f"ON m.{q('offset')} = d.{q('message_offset')} "
-                f"WHERE d.{q('consumer_group')} = %s AND d.{q('topic')} = %s "
-                f"AND d.{q('partition_key')} = %s AND d.{q('acked')} = {false} "
-                f"AND m.{q('position')} > %s AND m.{q('position')} <= %s",
-                [group, topic, partition, watermark, cursor],
-            ):
-                *message, retries, invisible, error = values
+        for partitions in sqlb.chunks(open_windows):
+            params: list[Any] = []
+            for partition in partitions:
+                params += [group, topic, partition, *windows[partition]]
+            for values in sqlb.fetch_all(connection, sqlb.union_all([branch] * len(partitions)),
+                                         params):
+                partition, *message, retries, invisible, error = values
                 result.append(ReadRow(partition, message_row(message),
                                       DeliveryRow(False, int(retries), int(invisible), error or "")))
         result.sort(key=lambda row: row.message.position or 0)

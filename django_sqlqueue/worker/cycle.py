@@ -155,7 +155,7 @@ class PollCycle:
             result.report(partition).recorded.append(outcome)
         ledger.flush()
 
-    def _dead_letter(self, partition: Partition, message: Message, error: str) -> None:
+    def dead_letter(self, partition: Partition, message: Message, error: str) -> None:
         """Copy to the group's dead-letter topic and ack for this group only; the original
         stays in the log for every other group."""
         QueueMessage.objects.copy_to_dead_letters(
@@ -231,7 +231,7 @@ class PollCycle:
                     "without an ack or nack"
                 )
                 message.attempt = entry.attempts  # the last attempt that actually ran
-                self._dead_letter(partition, message, error)
+                self.dead_letter(partition, message, error)
                 partition.settled(entry)
                 result.report(partition).dead_on_fetch.append(DeadOnFetch(partition, message, error))
                 continue
@@ -317,7 +317,7 @@ class _Ledger:
                                    self.cycle.using)
 
     def dead_letter(self, partition: Partition, message: Message, error: str) -> None:
-        self.cycle._dead_letter(partition, message, error)
+        self.cycle.dead_letter(partition, message, error)
 
     def flush(self) -> None:
         for (group, topic), refs in self.acks.items():

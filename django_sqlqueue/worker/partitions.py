@@ -81,6 +81,10 @@ class Partition:
     _in_flight: set[int] = field(default_factory=set)
     # An entry was admitted or settled since the watermark was last moved.
     _moved: bool = False
+    # Offsets of the entries in position order (messages are admitted in position order);
+    # settled ones are dropped lazily from the front. The watermark is found from the
+    # front, not by scanning a window of up to MAX_WINDOW entries every cycle.
+    _order: deque[int] = field(default_factory=deque)
     # Stop fetching, release once in-flight work is done (rebalancing or shutdown).
     draining: bool = False
     # Watermark or cursor moved since they were saved.
@@ -150,6 +154,7 @@ class Partition:
         """Forget the window, before it is rebuilt from the database."""
         self.watermark, self.cursor = watermark, max(watermark, cursor)
         self.entries.clear()
+        self._order.clear()
         self.key_queues.clear()
         self._timers.clear()
         self._in_flight.clear()
@@ -189,6 +194,7 @@ class Partition:
             "" if delivery is None else delivery.last_error,
         )
         self.entries[entry.offset] = entry
+        self._order.append(entry.offset)
         needs_row = delivery is None
         if self.strict and entry.key:
             queue = self.key_queues.setdefault(entry.key, deque())
@@ -264,7 +270,7 @@ class Partition:
         if not self._moved:
             return None
         self._moved = False
-        lowest = min((e.position for e in self.entries.values()), default=None)
+        lowest = self._lowest_position()
         new = self.cursor if lowest is None else lowest - 1
         if new <= self.watermark:
             return None
@@ -277,6 +283,16 @@ class Partition:
 
     def ref(self, offset: int) -> MessageRef:
         return MessageRef(self.number, offset)
+
+    def _lowest_position(self) -> int | None:
+        order = self._order
+        while order and order[0] not in self.entries:
+            order.popleft()
+        if len(order) > 2 * len(self.entries) + 64:
+            # Many settled behind an unsettled head: rebuild from the window (whose dict
+            # keeps admission order), so the queue stays as small as the window.
+            self._order = order = deque(self.entries)
+        return self.entries[order[0]].position if order else None
 
     def _run(self, entry: Entry) -> None:
         entry.state = "in_flight"
