@@ -11,7 +11,6 @@ import math
 import re
 import uuid
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -23,29 +22,89 @@ from .exceptions import InvalidMessage
 from .models import QueueMessage
 from .models.fields import ID_LENGTH, KEY_LENGTH, MAX_TOPIC_LENGTH
 from .models.messages import MessageRow, NewRow
-from .rows import common_fields, epoch_ms_to_datetime
+from .rows import decode_json, epoch_ms_to_datetime
 
 TOPIC_RE = re.compile(r"^[A-Za-z0-9._-]+$")
 _MESSAGE_FIELDS = frozenset({"payload", "key", "id", "headers", "delay"})
+# One encoder for every call: json.dumps(cls=...) would build a new one each time.
+_PAYLOAD_ENCODER = DjangoJSONEncoder(separators=(",", ":"), allow_nan=False)
+_HEADERS_ENCODER = json.JSONEncoder(separators=(",", ":"))
 
 
-@dataclass(frozen=True)
 class StoredMessage:
-    """A message as stored in the log, returned by publish()."""
+    """A message as stored in the log, returned by publish() and publish_many().
+
+    Read-only. ``payload`` and ``headers`` are decoded from the stored JSON the first time
+    they are read: most callers ignore what publish() returns, and decoding is a large
+    share of the cost of a single publish().
+    """
+
+    __slots__ = ("offset", "topic", "key", "id", "published_at", "deliver_at",
+                 "_payload_json", "_headers_json", "_decoded")
 
     offset: int
     topic: str
     key: str
     id: str
-    payload: Any
-    headers: dict[str, str]
     published_at: datetime
     deliver_at: datetime
+    _payload_json: Any  # JSON text or already decoded, as the backend returns it
+    _headers_json: Any
+    _decoded: tuple[Any, dict[str, str]] | None
+
+    def __init__(self, row: MessageRow) -> None:
+        set_ = object.__setattr__
+        set_(self, "offset", row.offset)
+        set_(self, "topic", row.topic)
+        set_(self, "key", row.key)
+        set_(self, "id", row.id)
+        set_(self, "published_at", epoch_ms_to_datetime(row.published_at))
+        set_(self, "deliver_at", epoch_ms_to_datetime(row.deliver_at))
+        set_(self, "_payload_json", row.payload)
+        set_(self, "_headers_json", row.metadata)
+        set_(self, "_decoded", None)
 
     @classmethod
     def from_row(cls, row: MessageRow) -> StoredMessage:
-        return cls(offset=row.offset, deliver_at=epoch_ms_to_datetime(row.deliver_at),
-                   **common_fields(row))
+        return cls(row)
+
+    @property
+    def payload(self) -> Any:
+        return self._decode()[0]
+
+    @property
+    def headers(self) -> dict[str, str]:
+        return self._decode()[1]
+
+    def _decode(self) -> tuple[Any, dict[str, str]]:
+        decoded = self._decoded
+        if decoded is None:
+            headers: dict[str, str] = decode_json(self._headers_json) or {}
+            decoded = (decode_json(self._payload_json), headers)
+            object.__setattr__(self, "_decoded", decoded)
+        return decoded
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        raise AttributeError(f"StoredMessage is read-only; cannot set {name!r}")
+
+    def __delattr__(self, name: str) -> None:
+        raise AttributeError(f"StoredMessage is read-only; cannot delete {name!r}")
+
+    def _fields(self) -> tuple[Any, ...]:
+        return (self.offset, self.topic, self.key, self.id, self.payload, self.headers,
+                self.published_at, self.deliver_at)
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, StoredMessage):
+            return NotImplemented
+        return self._fields() == other._fields()
+
+    __hash__ = None  # type: ignore[assignment]  # the payload may be a dict
+
+    def __repr__(self) -> str:
+        return (f"StoredMessage(offset={self.offset!r}, topic={self.topic!r}, key={self.key!r}, "
+                f"id={self.id!r}, payload={self.payload!r}, headers={self.headers!r}, "
+                f"published_at={self.published_at!r}, deliver_at={self.deliver_at!r})")
 
 
 def publish(
@@ -155,18 +214,20 @@ def _build_row(
     elif len(message_id) > ID_LENGTH:
         raise InvalidMessage(f"id is {len(message_id)} characters long; the limit is {ID_LENGTH}")
     payload_json = _encode_payload(payload, max_bytes)
-    headers_json = json.dumps(_validate_headers(headers), separators=(",", ":"))
+    headers_json = (
+        "{}" if headers is None else _HEADERS_ENCODER.encode(_validate_headers(headers))
+    )
     return NewRow(topic, key, message_id, payload_json, headers_json, _delay_ms(delay))
 
 
 def _encode_payload(payload: Any, max_bytes: int) -> str:
     try:
-        text = json.dumps(payload, cls=DjangoJSONEncoder, separators=(",", ":"), allow_nan=False)
+        text = _PAYLOAD_ENCODER.encode(payload)
     except TypeError as exc:
         raise InvalidMessage(f"payload is not JSON-serializable: {exc}") from exc
     except ValueError as exc:  # NaN/Infinity, or a circular reference
         raise InvalidMessage(f"payload is not valid JSON: {exc}") from exc
-    size = len(text.encode("utf-8"))
+    size = len(text) if text.isascii() else len(text.encode("utf-8"))
     if size > max_bytes:
         raise InvalidMessage(
             f"payload is {size} bytes as JSON, over SQLQUEUE['MAX_PAYLOAD_BYTES'] = {max_bytes}"

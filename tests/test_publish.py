@@ -44,6 +44,28 @@ def test_publish_returns_the_stored_message():
     assert message.offset == QueueMessage.objects.get().offset
 
 
+def test_a_stored_message_is_read_only_and_compares_by_its_fields():
+    first = sqlqueue.publish("orders", {"order": 1}, key="k", id="same")
+    again = sqlqueue.publish("orders", {"order": 2}, key="k", id="same")
+
+    # The duplicate returns the stored row, whose payload is the first one.
+    assert again == first
+    assert again.payload == {"order": 1}
+    assert "payload={'order': 1}" in repr(again)
+    assert first != sqlqueue.publish("orders", {"order": 1}, key="k", id="other")
+    with pytest.raises(AttributeError, match="read-only"):
+        first.payload = {}  # type: ignore[misc]
+    with pytest.raises(AttributeError, match="read-only"):
+        first.offset = 0  # type: ignore[misc]
+
+
+def test_headers_that_are_not_a_dict_are_rejected_even_when_empty():
+    for bad in ([], 0, ""):
+        with pytest.raises(sqlqueue.InvalidMessage, match="headers must be a dict"):
+            sqlqueue.publish("orders", {}, headers=bad)
+    assert message_count() == 0
+
+
 def test_publish_returns_aware_utc_times_close_to_now():
     before = now_ms()
     message = sqlqueue.publish("orders", {})
