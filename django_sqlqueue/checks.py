@@ -27,6 +27,10 @@ def _positive_int(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool) and value > 0
 
 
+def _positive_number_or_none(value: Any) -> bool:
+    return value is None or _positive_number(value)
+
+
 def _partition_count(value: Any) -> bool:
     return _positive_int(value) and value <= MAX_PARTITIONS
 
@@ -51,6 +55,8 @@ _RULES: list[tuple[str, str, Callable[[Any], bool], str]] = [
      "a number of seconds >= 0 (0 disables GC)"),
     ("SHUTDOWN_GRACE", "sqlqueue.E012", _non_negative_number, "a number of seconds >= 0"),
     ("PARTITIONS", "sqlqueue.E014", _partition_count, f"an integer from 1 to {MAX_PARTITIONS}"),
+    ("MAX_HANDLER_TIME", "sqlqueue.E020", _positive_number_or_none,
+     "a number of seconds > 0, or None for no limit"),
 ]
 
 

@@ -35,6 +35,9 @@ DEFAULTS: dict[str, Any] = {
     "GC_INTERVAL": 60.0,
     # Seconds a stopping worker waits for in-flight handlers before giving up on them.
     "SHUTDOWN_GRACE": 30.0,
+    # Seconds after which a running handler's message is no longer kept invisible, so it
+    # is redelivered once its visibility timeout runs out; None: handlers may run forever.
+    "MAX_HANDLER_TIME": None,
     # Partitions of a topic that has no entry in TOPICS, recorded when the topic is first
     # sequenced. A partition is the unit of leasing: at most this many workers share a topic.
     "PARTITIONS": 16,
@@ -59,6 +62,7 @@ class QueueSettings:
     publish_batch_size: int
     gc_interval: float
     shutdown_grace: float
+    max_handler_time: float | None
     partitions: int
     topics: dict[str, dict[str, Any]]
 

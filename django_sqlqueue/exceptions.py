@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 from django.core.exceptions import ImproperlyConfigured
 
 
@@ -25,8 +27,11 @@ class Retry(SQLQueueError):  # noqa: N818 - raised by handlers as a verb
     """Raise from a handler to retry the message after ``delay`` seconds."""
 
     def __init__(self, delay: float | None = None, reason: str = "") -> None:
-        if delay is not None and delay < 0:
-            raise ValueError(f"Retry delay must be >= 0 seconds, got {delay!r}")
+        if delay is not None and (
+            not isinstance(delay, int | float) or isinstance(delay, bool)
+            or not math.isfinite(delay) or delay < 0
+        ):
+            raise ValueError(f"Retry delay must be a finite number of seconds >= 0, got {delay!r}")
         super().__init__(reason or "retry requested")
         self.delay = delay
         self.reason = reason

@@ -27,6 +27,7 @@ pytestmark = [
 ]
 
 GROUP, TOPIC, WORKER = "locks", "locks", "worker-a"
+TOKEN = "0123456789abcdef0123456789abcdef"
 ROWS = 120  # delivery rows per partition: small enough that MariaDB would rather scan
 
 
@@ -62,8 +63,8 @@ def seed() -> None:
         ConsumerOffset.objects.create(consumer_group=GROUP, topic=TOPIC, partition_key=partition,
                                       offset_acked=0, offset_fetched=0, updated_at=0)
         PartitionLease.objects.create(consumer_group=GROUP, topic=TOPIC, partition_key=partition,
-                                      leased_by=owner, leased_at=1, lease_renewed_at=1,
-                                      generation=1)
+                                      leased_by=owner, lease_token=TOKEN, leased_at=1,
+                                      lease_renewed_at=1, generation=1)
 
 
 def partition_offset(partition: str, n: int) -> int:
@@ -97,15 +98,16 @@ def test_a_poll_cycles_statements_do_not_wait_for_another_workers_partitions(oth
     set_lock_timeout(connection, 2)
     refs = [MessageRef("0", partition_offset("0", n)) for n in range(ROWS)]
     with transaction.atomic():
-        owned = PartitionLease.objects.fence(WORKER, [(GROUP, TOPIC, "0")], "default")
+        owned = PartitionLease.objects.fence(WORKER, TOKEN, [(GROUP, TOPIC, "0")], "default")
         assert owned == {(GROUP, TOPIC, "0"): 1}
         assert DeliveryState.objects.extend(GROUP, TOPIC, refs, 10**13, "default") == len(refs)
         assert DeliveryState.objects.ack(GROUP, TOPIC, refs, "default") == len(refs)
         assert DeliveryState.objects.delete_acked(GROUP, TOPIC, refs, "default") == len(refs)
         assert ConsumerOffset.objects.save_progress(
             GROUP, TOPIC, {"0": Progress(5, 9)}, 1, "default") == 1
-        assert PartitionLease.objects.renew(WORKER, 2, "default") == 1
-        assert PartitionLease.objects.release(GROUP, TOPIC, {"0": 1}, WORKER, "default") == 1
+        assert PartitionLease.objects.renew(WORKER, TOKEN, 2, "default") == 1
+        assert PartitionLease.objects.release(GROUP, TOPIC, {"0": 1}, WORKER, TOKEN,
+                                              "default") == 1
     other_worker.rollback()
     assert DeliveryState.objects.filter(partition_key="0").count() == 0
     assert DeliveryState.objects.filter(partition_key="1", acked=False).count() == ROWS

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import glob
 import os
+import random
 import signal
 import time
 
@@ -20,6 +21,7 @@ import django_sqlqueue as sqlqueue
 from django_sqlqueue.models import PartitionLease
 from tests.testapp.models import Handled
 from tests.worker_harness import (
+    idle_transactions,
     lease_counts,
     partition_of,
     position_of,
@@ -87,6 +89,71 @@ def test_a_paused_worker_cannot_ack_or_deliver_after_its_lease_was_taken(workers
     assert Handled.objects.filter(pid=a.pid).count() == 1
     a.terminate()
     assert a.wait_exit(timeout=10) == 0
+
+
+def test_a_paused_worker_and_its_replacement_under_the_same_name_never_share_a_partition(workers):
+    """A supervisor restarts a worker that stopped responding, under the same --name,
+    while the old process is only paused; then the old process resumes."""
+    first = sqlqueue.publish_many("strict", [{"payload": {"n": n}, "key": f"k{n % 8}"}
+                                             for n in range(300)])
+    old = workers.start("same-name", "--topic", "strict", settings=FAST_LEASES)
+    wait_until(lambda: Handled.objects.filter(pid=old.pid).count() >= 20,
+               what="the first process handling messages", watch=[old])
+    old.send(signal.SIGSTOP)
+    try:
+        new = workers.start("same-name", "--topic", "strict", settings=FAST_LEASES)
+        wait_until(lambda: Handled.objects.filter(pid=new.pid).count() >= 20, timeout=30,
+                   what="the replacement handling messages", watch=[new])
+    finally:
+        old.send(signal.SIGCONT)
+    resumed_at = time.time()
+    later = sqlqueue.publish_many("strict", [{"payload": {"n": n}, "key": f"k{n % 8}"}
+                                             for n in range(100)])
+    offsets = {m.offset for m in first + later}
+    wait_until(lambda: set(Handled.objects.filter(topic="strict")
+                           .values_list("offset", flat=True)) >= offsets, timeout=60,
+               what="every message handled", watch=[old, new])
+
+    # The resumed process starts nothing more: not the handlers it had queued before the
+    # pause, not new deliveries. (A handler that was already running when it was paused
+    # finishes; at most one per thread.)
+    late_runs = Handled.objects.filter(pid=old.pid, handled_at__gt=resumed_at + 0.05).count()
+    assert late_runs <= 4
+    # Nothing acked was delivered again as a first attempt.
+    first_attempts = list(Handled.objects.filter(topic="strict", attempt=1)
+                          .values_list("offset", flat=True))
+    assert len(first_attempts) == len(set(first_attempts))
+    assert not PartitionLease.objects.filter(topic="strict", leased_by="same-name",
+                                             generation__lt=2).exists()
+
+
+@pytest.mark.skipif(connection.vendor == "sqlite",
+                    reason="a paused SQLite writer blocks every other writer; documented")
+def test_a_worker_frozen_inside_its_poll_transaction_loses_its_partitions_after_a_lease(workers):
+    sqlqueue.publish_many("spread", [{"payload": {"n": n}} for n in range(3000)])
+    frozen = workers.start("frozen", "--topic", "spread", settings=FAST_LEASES)
+    wait_until(lambda: Handled.objects.filter(topic="spread").count() >= 50,
+               what="the worker busy", watch=[frozen])
+    # Freeze it until it is caught with a transaction open (a poll cycle, usually).
+    for _ in range(300):
+        frozen.send(signal.SIGSTOP)
+        time.sleep(0.05)
+        if idle_transactions():
+            break
+        frozen.send(signal.SIGCONT)
+        time.sleep(random.uniform(0.002, 0.03))
+    else:
+        pytest.fail("never caught the worker inside a transaction")
+    try:
+        other = workers.start("other", "--topic", "spread", settings=FAST_LEASES)
+        leases = PartitionLease.objects.filter(topic="spread", consumer_group="pool")
+        wait_until(lambda: leases.filter(leased_by="other").count() == leases.count(), timeout=20,
+                   what="the other worker taking every partition", watch=[other])
+        before = Handled.objects.filter(pid=other.pid).count()
+        wait_until(lambda: Handled.objects.filter(pid=other.pid).count() > before + 50,
+                   what="the other worker handling messages", watch=[other])
+    finally:
+        frozen.send(signal.SIGCONT)
 
 
 # --------------------------------------------------------------------------- one clock

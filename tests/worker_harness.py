@@ -365,3 +365,23 @@ def other_sessions() -> list[int]:
         else:
             raise NotImplementedError("SQLite has no other sessions to inspect")
         return [int(row[0]) for row in cursor.fetchall()]
+
+
+def idle_transactions() -> int:
+    """Other sessions on the test database with a transaction open and no statement
+    running: what a worker frozen inside a transaction leaves (PostgreSQL, MariaDB)."""
+    with connection.cursor() as cursor:
+        if connection.vendor == "postgresql":
+            cursor.execute(
+                "SELECT COUNT(*) FROM pg_stat_activity WHERE datname = current_database() "
+                "AND pid <> pg_backend_pid() AND state = 'idle in transaction'"
+            )
+        elif connection.vendor == "mysql":
+            cursor.execute(
+                "SELECT COUNT(*) FROM information_schema.INNODB_TRX t "
+                "JOIN information_schema.PROCESSLIST p ON p.id = t.trx_mysql_thread_id "
+                "WHERE p.db = DATABASE() AND p.id <> CONNECTION_ID() AND p.command = 'Sleep'"
+            )
+        else:
+            raise NotImplementedError("SQLite has no other sessions to inspect")
+        return int(cursor.fetchone()[0])

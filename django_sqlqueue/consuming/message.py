@@ -11,6 +11,18 @@ if TYPE_CHECKING:
     from ..models.messages import MessageRow
 
 
+@dataclass(frozen=True)
+class DeadLetterInfo:
+    """Why and from where a message of a dead-letter topic was moved there."""
+
+    group: str  # the consumer group that gave up on it
+    original_topic: str
+    original_offset: int
+    original_id: str  # the id it was published with ('' for copies made before 0.4)
+    error: str  # the last error of its handler
+    attempts: int  # deliveries it had before it was moved
+
+
 @dataclass
 class Message:
     """One delivery of a message to a consumer group's handler.
@@ -30,6 +42,8 @@ class Message:
     group: str = ""
     position: int = 0
     partition: str = ""  # the partition of its topic the key maps to
+    # Set on messages of a dead-letter topic: the failure that moved it there.
+    dead_letter: DeadLetterInfo | None = None
     _extend: Callable[[float], None] | None = field(default=None, repr=False, compare=False)
 
     @classmethod

@@ -7,7 +7,7 @@ from django.db import connections, models
 
 from ..db import sql as sqlb
 from ..db import vendor
-from .fields import ERROR_LENGTH, GROUP_LENGTH, KEY_LENGTH, TOPIC_LENGTH
+from .fields import GROUP_LENGTH, KEY_LENGTH, TOPIC_LENGTH, storable_error
 from .messages import MessageRow, message_row, select_columns
 
 _PK = ("consumer_group", "topic", "partition_key", "message_offset")
@@ -214,7 +214,7 @@ class DeliveryStateManager(models.Manager["DeliveryState"]):
             f"UPDATE {sqlb.locked_table(connection, 'queue_delivery_state')} "
             f"SET {q('acked')} = {vendor.true_sql(connection)}"
             f"{set_error} WHERE {q('consumer_group')} = %s AND {q('topic')} = %s AND {where}",
-            ([error[:ERROR_LENGTH]] if error else []) + [group, topic, *params],
+            ([storable_error(error)] if error else []) + [group, topic, *params],
         )
 
     def nack(self, group: str, topic: str, ref: MessageRef, invisible_until: int, error: str,
@@ -228,19 +228,21 @@ class DeliveryStateManager(models.Manager["DeliveryState"]):
             f"{q('last_error')} = %s WHERE {q('consumer_group')} = %s AND {q('topic')} = %s "
             f"AND {q('partition_key')} = %s AND {q('message_offset')} = %s "
             f"AND {q('acked')} = {vendor.false_sql(connection)}",
-            [invisible_until, error[:ERROR_LENGTH], group, topic, *ref],
+            [invisible_until, storable_error(error), group, topic, *ref],
         )
 
     def extend(self, group: str, topic: str, refs: Sequence[MessageRef], invisible_until: int,
-               using: str, fence: tuple[str, int] | None = None) -> int:
+               using: str, fence: tuple[str, str, int] | None = None,
+               connection: Any = None) -> int:
         """Push back the visibility timeout of in-flight messages, without counting a retry.
 
-        ``fence`` = (worker name, lease generation) makes the statement check ownership
-        itself, for callers outside the worker's fenced poll (a handler's own extension).
+        ``fence`` = (worker name, worker token, lease generation) makes the statement check
+        ownership itself, for callers outside the worker's fenced poll (a handler's own
+        extension). ``connection`` overrides the alias's connection of this thread.
         """
         if not refs:
             return 0
-        connection = connections[using]
+        connection = connection or connections[using]
         q = sqlb.quoter(connection)
         table = q("queue_delivery_state")
         fence_sql, fence_params = "", []
@@ -250,7 +252,8 @@ class DeliveryStateManager(models.Manager["DeliveryState"]):
                 f"WHERE l.{q('consumer_group')} = {table}.{q('consumer_group')} "
                 f"AND l.{q('topic')} = {table}.{q('topic')} "
                 f"AND l.{q('partition_key')} = {table}.{q('partition_key')} "
-                f"AND l.{q('leased_by')} = %s AND l.{q('generation')} = %s)"
+                f"AND l.{q('leased_by')} = %s AND l.{q('lease_token')} = %s "
+                f"AND l.{q('generation')} = %s)"
             )
             fence_params = list(fence)
         where, params = _refs_sql(q, refs)

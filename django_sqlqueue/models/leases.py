@@ -16,9 +16,10 @@ Owned = dict[tuple[str, str, str], int]
 class PartitionLeaseManager(PartitionRowsManager):
     """SQL for ``queue_partition_leases``: create, acquire, renew, fence, release."""
 
-    def fence(self, worker: str, held: Sequence[tuple[str, str, str]], using: str) -> Owned:
+    def fence(self, worker: str, token: str, held: Sequence[tuple[str, str, str]],
+              using: str) -> Owned:
         """Share-lock the lease rows of ``held`` partitions and return those still leased to
-        ``worker``, with their generations.
+        this worker process (its name and token), with their generations.
 
         Run first in a transaction: until it commits nobody can take these partitions, so
         every later statement in it writes only on behalf of partitions still owned. The
@@ -37,7 +38,8 @@ class PartitionLeaseManager(PartitionRowsManager):
             for batch in sqlb.chunks(keys, 1000):
                 rows = sqlb.fetch_all(
                     connection,
-                    f"SELECT {q('partition_key')}, {q('leased_by')}, {q('generation')} "
+                    f"SELECT {q('partition_key')}, {q('leased_by')}, {q('lease_token')}, "
+                    f"{q('generation')} "
                     f"FROM {sqlb.locked_table(connection, 'queue_partition_leases')} "
                     f"WHERE {q('consumer_group')} = %s "
                     f"AND {q('topic')} = %s AND {q('partition_key')} IN "
@@ -45,7 +47,8 @@ class PartitionLeaseManager(PartitionRowsManager):
                     [group, topic, *batch],
                 )
                 owned.update(
-                    {(group, topic, r[0]): int(r[2]) for r in rows if r[1] == worker}
+                    {(group, topic, r[0]): int(r[3]) for r in rows
+                     if r[1] == worker and r[2] == token}
                 )
         return owned
 
@@ -72,7 +75,7 @@ class PartitionLeaseManager(PartitionRowsManager):
             [group, topic, stale_before_ms, limit],
         )]
 
-    def take(self, group: str, topic: str, keys: Sequence[str], worker: str,
+    def take(self, group: str, topic: str, keys: Sequence[str], worker: str, token: str,
              stale_before_ms: int, now_ms: int, using: str) -> None:
         """Take over locked, claimable partitions; a new generation fences the old owner."""
         if not keys:
@@ -82,34 +85,60 @@ class PartitionLeaseManager(PartitionRowsManager):
         sqlb.execute(
             connection,
             f"UPDATE {sqlb.locked_table(connection, 'queue_partition_leases')} "
-            f"SET {q('leased_by')} = %s, "
+            f"SET {q('leased_by')} = %s, {q('lease_token')} = %s, "
             f"{q('leased_at')} = %s, {q('lease_renewed_at')} = %s, "
             f"{q('generation')} = {q('generation')} + 1 "
             f"WHERE {q('consumer_group')} = %s AND {q('topic')} = %s "
             f"AND {q('partition_key')} IN ({sqlb.placeholders(len(keys))}) "
             f"AND ({q('leased_by')} = '' OR {q('lease_renewed_at')} < %s)",
-            [worker[:SUBSCRIBER_NAME_LENGTH], now_ms, now_ms, group, topic, *keys,
+            [worker[:SUBSCRIBER_NAME_LENGTH], token, now_ms, now_ms, group, topic, *keys,
              stale_before_ms],
         )
 
-    def owned(self, group: str, topic: str, worker: str, using: str) -> dict[str, int]:
+    def owned(self, group: str, topic: str, worker: str, token: str,
+              using: str) -> dict[str, int]:
+        """The partitions this worker process holds, with their generations."""
         return dict(
-            self.using(using).filter(consumer_group=group, topic=topic, leased_by=worker)
+            self.using(using)
+            .filter(consumer_group=group, topic=topic, leased_by=worker, lease_token=token)
             .values_list("partition_key", "generation")
         )
 
-    def renew(self, worker: str, now_ms: int, using: str) -> int:
-        """Renew every lease ``worker`` holds, in one statement."""
+    def adopt(self, group: str, topic: str, keys: Sequence[str], worker: str, token: str,
+              using: str) -> int:
+        """Start a new generation of leases this process holds but did not know it held
+        (a take whose follow-up read failed): nothing delivered under the old generation
+        may be acked or extended under the new one."""
+        if not keys:
+            return 0
+        connection = connections[using]
+        q = sqlb.quoter(connection)
+        return sqlb.execute(
+            connection,
+            f"UPDATE {sqlb.locked_table(connection, 'queue_partition_leases')} "
+            f"SET {q('generation')} = {q('generation')} + 1 "
+            f"WHERE {q('consumer_group')} = %s AND {q('topic')} = %s "
+            f"AND {q('partition_key')} IN ({sqlb.placeholders(len(keys))}) "
+            f"AND {q('leased_by')} = %s AND {q('lease_token')} = %s",
+            [group, topic, *keys, worker, token],
+        )
+
+    def renew(self, worker: str, token: str, now_ms: int, using: str) -> int:
+        """Renew every lease this worker process holds, in one statement.
+
+        The token matters: a paused process and its replacement may share a name, and
+        the replacement must not keep the paused one's leases alive."""
         connection = connections[using]
         q = sqlb.quoter(connection)
         return sqlb.execute(
             connection,
             f"UPDATE {sqlb.locked_table(connection, 'queue_partition_leases', 'queue_lease_owner')} "
-            f"SET {q('lease_renewed_at')} = %s WHERE {q('leased_by')} = %s",
-            [now_ms, worker],
+            f"SET {q('lease_renewed_at')} = %s WHERE {q('leased_by')} = %s "
+            f"AND {q('lease_token')} = %s",
+            [now_ms, worker, token],
         )
 
-    def release(self, group: str, topic: str, held: dict[str, int], worker: str,
+    def release(self, group: str, topic: str, held: dict[str, int], worker: str, token: str,
                 using: str) -> int:
         """Free partitions (only those still held under the given generations)."""
         if not held:
@@ -119,23 +148,27 @@ class PartitionLeaseManager(PartitionRowsManager):
         return sqlb.execute(
             connection,
             f"UPDATE {sqlb.locked_table(connection, 'queue_partition_leases')} "
-            f"SET {q('leased_by')} = '', "
+            f"SET {q('leased_by')} = '', {q('lease_token')} = '', "
             f"{q('lease_renewed_at')} = 0 WHERE {q('consumer_group')} = %s AND {q('topic')} = %s "
-            f"AND {q('leased_by')} = %s AND ({q('partition_key')}, {q('generation')}) IN "
+            f"AND {q('leased_by')} = %s AND {q('lease_token')} = %s "
+            f"AND ({q('partition_key')}, {q('generation')}) IN "
             f"({sqlb.row_values(len(held), 2)})",
-            [group, topic, worker, *[v for item in held.items() for v in item]],
+            [group, topic, worker, token, *[v for item in held.items() for v in item]],
         )
 
 
 class PartitionLease(models.Model):
     """Which worker consumes a partition for a consumer group (``queue_partition_leases``).
 
-    Beyond the RFC: ``generation`` is a fencing token, incremented whenever a different
-    worker takes the lease. Every write a worker makes on the partition's behalf is
-    fenced by it: either in the same transaction, after share-locking the worker's lease
-    rows and checking their generations (the poll cycle), or in the same statement (a
-    handler's own visibility extension). A worker that was paused past its lease
-    therefore cannot ack, deliver or move the watermark of a partition someone else owns.
+    Beyond the RFC: ``generation`` is a fencing token, incremented whenever a worker takes
+    (or adopts) the lease, and ``lease_token`` names the worker *process* holding it: a
+    random value each process draws at start, so a process paused past its lease and a
+    replacement started under the same ``--name`` are never taken for one owner. Every
+    write a worker makes on the partition's behalf is fenced by them: either in the same
+    transaction, after share-locking the worker's lease rows and checking token and
+    generation (the poll cycle), or in the same statement (a handler's own visibility
+    extension). A worker that was paused past its lease therefore cannot ack, deliver or
+    move the watermark of a partition someone else owns, whatever its name.
     An empty ``leased_by`` means the partition is free.
     """
 
@@ -147,6 +180,7 @@ class PartitionLease(models.Model):
     leased_at = models.BigIntegerField(default=0)  # epoch ms, database clock
     lease_renewed_at = models.BigIntegerField(default=0)  # epoch ms, database clock
     generation = models.BigIntegerField(default=0)
+    lease_token = models.CharField(max_length=32, blank=True, db_default="")
 
     objects = PartitionLeaseManager()
 

@@ -8,7 +8,7 @@ from django.db import connections, models
 
 from ..db import sql as sqlb
 from ..db import vendor
-from .fields import ERROR_LENGTH, GROUP_LENGTH, ID_LENGTH, KEY_LENGTH, TOPIC_LENGTH
+from .fields import GROUP_LENGTH, ID_LENGTH, KEY_LENGTH, TOPIC_LENGTH, storable_error
 
 
 class NewRow(NamedTuple):
@@ -52,6 +52,19 @@ _INSERT_COLUMNS = (
     "consumer_group", "created_at", "published_at", "deliver_at",
 )
 IDEMPOTENCY_COLUMNS = ("topic", "message_key", "id")
+_DEAD_LETTER_COLUMNS = (*_INSERT_COLUMNS, "original_id")
+
+
+class DeadLetterSource(NamedTuple):
+    """The message being dead-lettered, as its worker delivered it."""
+
+    offset: int
+    topic: str
+    key: str
+    id: str
+    payload_json: str
+    headers_json: str
+    published_at_ms: int
 
 
 def message_row(values: Sequence[Any]) -> MessageRow:
@@ -227,27 +240,58 @@ class QueueMessageManager(models.Manager["QueueMessage"]):
 
     # ----------------------------------------------------------------- dead letters
 
-    def copy_to_dead_letters(
-        self, offset: int, dlq_topic: str, group: str, attempts: int, error: str, using: str
-    ) -> int:
-        """Append the dead-letter copy of message ``offset`` for ``group``; the original stays.
+    def copy_to_dead_letters(self, original: DeadLetterSource, dlq_topic: str, group: str,
+                             attempts: int, error: str, using: str) -> int:
+        """Append the dead-letter copy of message ``original`` for ``group``; the original
+        stays. Returns the rows inserted (0: the copy was already there).
 
-        The copy keeps the original's key (so the dead-letter topic keeps per-key order);
-        its id is ``<group>:<offset>``, so each failing group gets its own entry and
-        repeating the move after a crash is a no-op. Returns the rows inserted.
+        The copy keeps the original's key (so the dead-letter topic keeps per-key order) and
+        its id in ``original_id``; its own id is ``<group>:<offset>``, so each failing group
+        gets its own entry and repeating the move after a crash is a no-op. It is copied
+        from the log row; should GC have collected that row meanwhile (a group that
+        registered while GC ran), it is written from the values the worker delivered, so a
+        dead letter never goes missing.
         """
         connection = connections[using]
         q = sqlb.quoter(connection)
         now = vendor.now_ms_sql(connection)
+        copy_id = f"{group}:{original.offset}"
+        columns = ", ".join(q(c) for c in _DEAD_LETTER_COLUMNS)
         prefix, suffix = sqlb.insert_ignore(connection, IDEMPOTENCY_COLUMNS)
-        sql = (
-            f"{prefix} {q('queue_messages')} ({', '.join(q(c) for c in _INSERT_COLUMNS)}) "
+        inserted = sqlb.execute(
+            connection,
+            f"{prefix} {q('queue_messages')} ({columns}) "
             f"SELECT %s, {q('message_key')}, '', %s, {q('payload')}, {q('metadata')}, {now}, %s, "
-            f"%s, {q('topic')}, {q('offset')}, %s, {now}, {q('published_at')}, {now} "
-            f"FROM {q('queue_messages')} WHERE {q('offset')} = %s{suffix}"
+            f"%s, {q('topic')}, {q('offset')}, %s, {now}, {q('published_at')}, {now}, {q('id')} "
+            f"FROM {q('queue_messages')} WHERE {q('offset')} = %s{suffix}",
+            [dlq_topic, copy_id, attempts, storable_error(error), group, original.offset],
         )
-        return sqlb.execute(connection, sql, [dlq_topic, f"{group}:{offset}", attempts,
-                                              error[:ERROR_LENGTH], group, offset])
+        if inserted or self.using(using).filter(
+                topic=dlq_topic, message_key=original.key, message_id=copy_id).exists():
+            return inserted
+        json_param = vendor.json_param_sql(connection)
+        return sqlb.execute(
+            connection,
+            f"{prefix} {q('queue_messages')} ({columns}) VALUES (%s, %s, '', %s, {json_param}, "
+            f"{json_param}, {now}, %s, %s, %s, %s, %s, {now}, %s, {now}, %s){suffix}",
+            [dlq_topic, original.key, copy_id, original.payload_json, original.headers_json,
+             attempts, storable_error(error), original.topic, original.offset, group,
+             original.published_at_ms, original.id],
+        )
+
+    def dead_letter_details(self, offsets: Sequence[int], using: str
+                            ) -> dict[int, tuple[str, str, int, str, str, int]]:
+        """Per offset of a dead-letter copy: (group, original topic, original offset,
+        original id, last error, failure count)."""
+        result: dict[int, tuple[str, str, int, str, str, int]] = {}
+        for batch in sqlb.chunks(list(offsets), 500):
+            rows = self.using(using).filter(offset__in=batch).values_list(
+                "offset", "consumer_group", "original_topic", "original_offset", "original_id",
+                "last_error", "failure_count")
+            for offset, group, topic, original_offset, original_id, error, count in rows:
+                result[int(offset)] = (group, topic, int(original_offset), original_id,
+                                       error, int(count))
+        return result
 
     # ----------------------------------------------------------------- garbage collection
 
@@ -346,6 +390,9 @@ class QueueMessage(models.Model):
     published_at = models.BigIntegerField()  # epoch ms; a DLQ copy keeps the original's
     deliver_at = models.BigIntegerField()  # epoch ms; not delivered before this
     position = models.BigIntegerField(null=True, blank=True)
+    # Dead-letter copies: the id the original was published with (the copy's own id is
+    # "<group>:<original offset>", unique per failing group).
+    original_id = models.CharField(max_length=ID_LENGTH, blank=True, db_default="")
 
     objects = QueueMessageManager()
 

@@ -14,20 +14,30 @@ the database committed.
 
 from __future__ import annotations
 
+import json
+import logging
 from collections import defaultdict
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
+from django.core.serializers.json import DjangoJSONEncoder
 from django.db import transaction
 
-from ..consuming.message import Message
+from ..consuming.message import DeadLetterInfo, Message
+from ..db.errors import is_transient
 from ..models import ConsumerOffset, DeliveryState, PartitionLease, QueueMessage
 from ..models.delivery import Hold, MessageRef, ReadRow
+from ..models.messages import DeadLetterSource
 from ..models.offsets import Progress
 from .outcomes import Outcome
 from .partitions import Entry, Ident, Partition
 
+logger = logging.getLogger("django_sqlqueue.worker")
+
 Subscriber = tuple[str, str]  # (consumer group, topic)
+# Cycles in which recording one outcome may fail before it is dropped (and its message
+# redelivered once its visibility runs out).
+OUTCOME_ATTEMPTS = 3
 
 
 @dataclass
@@ -89,19 +99,28 @@ class _Writes:
 
 
 class PollCycle:
-    def __init__(self, worker_name: str, using: str, dlq_suffix: str,
-                 clock: Callable[[], int], is_running: Callable[[Ident, int], bool]) -> None:
+    def __init__(self, worker_name: str, token: str, using: str, dlq_suffix: str,
+                 clock: Callable[[], int], is_running: Callable[[Ident, int], bool],
+                 may_extend: Callable[[Ident, int], bool]) -> None:
         self.worker_name = worker_name
+        self.token = token  # this process's fencing token (see PartitionLease)
         self.using = using
         self.dlq_suffix = dlq_suffix
         self.clock = clock  # epoch ms by the database clock
         self.is_running = is_running  # a handler of this process runs (partition, offset)
+        self.may_extend = may_extend  # ... and its message should be kept invisible
+        # Hand-outs left this cycle for partitions without auto-extension: only as many as
+        # there are idle handler threads, so no such message waits in the worker while
+        # its visibility timeout runs.
+        self._unextended_left = 0
 
     def run(self, partitions: dict[Ident, Partition], outcomes: list[Outcome],
-            capacity: int) -> CycleResult:
+            capacity: int, idle_threads: int) -> CycleResult:
         result = CycleResult()
+        self._unextended_left = idle_threads
         with transaction.atomic(using=self.using):
-            owned = PartitionLease.objects.fence(self.worker_name, list(partitions), self.using)
+            owned = PartitionLease.objects.fence(self.worker_name, self.token, list(partitions),
+                                                 self.using)
             result.lost = [p for p in partitions.values() if owned.get(p.ident) != p.generation]
             lost = {p.ident for p in result.lost}
             held = [p for p in partitions.values() if p.ident not in lost]
@@ -142,24 +161,59 @@ class PollCycle:
         ledger = _Ledger(self, now_ms)
         for outcome in outcomes:
             partition = outcome.partition
-            result.done.append(outcome)
             if (partitions.get(partition.ident) is not partition or partition.ident in lost
                     or outcome.generation != partition.generation):
+                result.done.append(outcome)
                 continue  # the partition was lost: its new owner decides
             entry = partition.entry_for(outcome.message)
             if entry is None:
+                result.done.append(outcome)
                 continue  # already acked (a duplicate run finished first)
             if outcome.message.attempt < entry.attempts and not outcome.stands_when_superseded:
+                result.done.append(outcome)
                 continue  # a newer delivery of it is running; that one decides
-            outcome.record(ledger, entry, partition.ref(entry.offset))
-            result.report(partition).recorded.append(outcome)
+            if self._record_one(outcome, ledger, entry, partition):
+                result.done.append(outcome)
+                result.report(partition).recorded.append(outcome)
+            elif outcome.failures >= OUTCOME_ATTEMPTS:
+                result.done.append(outcome)
+                logger.error(
+                    "giving up recording a handler outcome after %s failures; the message "
+                    "will be redelivered when its visibility runs out group=%s topic=%s "
+                    "partition=%s offset=%s", outcome.failures, partition.group,
+                    partition.topic, partition.number, entry.offset,
+                )
         ledger.flush()
+
+    def _record_one(self, outcome: Outcome, ledger: _Ledger, entry: Entry,
+                    partition: Partition) -> bool:
+        """Record one outcome in a savepoint of its own: an outcome the database refuses
+        (a bug, or a value no check foresaw) is kept back, not allowed to fail the whole
+        cycle and with it every other partition's progress. Returns whether it stuck."""
+        if not outcome.writes_now:
+            outcome.record(ledger, entry, partition.ref(entry.offset))
+            return True
+        try:
+            with transaction.atomic(using=self.using):
+                outcome.record(ledger, entry, partition.ref(entry.offset))
+        except Exception as exc:
+            if is_transient(exc):
+                raise  # contention or a lost connection: the whole cycle is retried
+            outcome.failures += 1
+            logger.warning(
+                "could not record a handler outcome (try %s of %s) group=%s topic=%s "
+                "partition=%s offset=%s error=%s: %s", outcome.failures, OUTCOME_ATTEMPTS,
+                partition.group, partition.topic, partition.number, entry.offset,
+                type(exc).__name__, " ".join(str(exc).split())[:300],
+            )
+            return False
+        return True
 
     def dead_letter(self, partition: Partition, message: Message, error: str) -> None:
         """Copy to the group's dead-letter topic and ack for this group only; the original
         stays in the log for every other group."""
         QueueMessage.objects.copy_to_dead_letters(
-            message.offset, partition.topic + self.dlq_suffix, partition.group,
+            _dead_letter_source(message), partition.topic + self.dlq_suffix, partition.group,
             message.attempt, error, self.using,
         )
         DeliveryState.objects.ack(partition.group, partition.topic,
@@ -170,7 +224,7 @@ class PollCycle:
         """Push back the visibility of running messages that used half their timeout."""
         due: dict[Subscriber, list[tuple[Partition, Entry]]] = defaultdict(list)
         for partition in partitions:
-            for entry in partition.due_for_extension(now_ms, self.is_running):
+            for entry in partition.due_for_extension(now_ms, self.may_extend):
                 due[(partition.group, partition.topic)].append((partition, entry))
         for (group, topic), items in due.items():
             until = now_ms + int(items[0][0].subscription.visibility_timeout * 1000)
@@ -191,9 +245,14 @@ class PollCycle:
         writes = _Writes()
         ready: list[tuple[Partition, Entry]] = []
         for partition in wanting:
-            for entry in partition.take_ready(now_ms, share[partition.ident]):
+            limit = share[partition.ident]
+            if not partition.subscription.auto_extend:
+                limit = min(limit, self._unextended_left)
+            for entry in partition.take_ready(now_ms, limit):
                 ready.append((partition, entry))
                 share[partition.ident] -= 1
+                if not partition.subscription.auto_extend:
+                    self._unextended_left -= 1
         self._redeliver(ready, writes, result)
         reads = {p.ident: p for p in wanting
                  if share[p.ident] > 0 and p.unread() and p.window_space() > 0}
@@ -205,6 +264,7 @@ class PollCycle:
             )
             self._admit(members, rows, limits, share, writes, result)
         self._write_deliveries(writes, result)
+        self._describe_dead_letters(result)
         # Poll again at once only while capacity is left for partitions that used up
         # their share: with none left, the next handler to finish wakes the worker.
         if free - len(result.deliveries) > 0:
@@ -245,11 +305,15 @@ class PollCycle:
         for row in rows:
             partition = by_number[row.partition]
             counts[row.partition] += 1
-            admitted = partition.admit(row, now_ms, may_deliver=share[partition.ident] > 0)
+            may_deliver = share[partition.ident] > 0 and (
+                partition.subscription.auto_extend or self._unextended_left > 0)
+            admitted = partition.admit(row, now_ms, may_deliver=may_deliver)
             if admitted.entry is None:
                 continue
             if admitted.deliver:
                 share[partition.ident] -= 1
+                if not partition.subscription.auto_extend:
+                    self._unextended_left -= 1
                 message = Message.from_row(row.message, partition.group, 1, partition.number)
                 self._hand_out(partition, admitted.entry, message, writes, result)
             elif admitted.hold_until is not None:
@@ -277,6 +341,18 @@ class PollCycle:
                 group, topic, [p.ref(e.offset) for p, e in items], until, self.using)
             for partition, entry in items:
                 partition.delivered(entry, until)
+
+    def _describe_dead_letters(self, result: CycleResult) -> None:
+        """Tell handlers of a dead-letter topic which group gave up on each message, where
+        it came from and why."""
+        copies = [d.message for d in result.deliveries if d.partition.topic.endswith(self.dlq_suffix)]
+        if not copies:
+            return
+        details = QueueMessage.objects.dead_letter_details([m.offset for m in copies], self.using)
+        for message in copies:
+            found = details.get(message.offset)
+            if found is not None and found[0]:  # a copy made by a worker, not a plain publish
+                message.dead_letter = DeadLetterInfo(*found)
 
     def _advance(self, partitions: list[Partition]) -> None:
         """Move watermarks past acked messages, drop the delivery rows they passed, and save
@@ -322,6 +398,15 @@ class _Ledger:
     def flush(self) -> None:
         for (group, topic), refs in self.acks.items():
             DeliveryState.objects.ack(group, topic, refs, self.cycle.using)
+
+
+def _dead_letter_source(message: Message) -> DeadLetterSource:
+    return DeadLetterSource(
+        message.offset, message.topic, message.key, message.id,
+        json.dumps(message.payload, cls=DjangoJSONEncoder, separators=(",", ":")),
+        json.dumps(message.headers, separators=(",", ":")),
+        round(message.published_at.timestamp() * 1000),
+    )
 
 
 def _by_subscription(partitions: Iterable[Partition]) -> dict[Subscriber, list[Partition]]:

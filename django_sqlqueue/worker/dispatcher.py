@@ -5,12 +5,15 @@ from __future__ import annotations
 import logging
 import queue
 import threading
+import time
 from concurrent.futures import Future, ThreadPoolExecutor
 
 from django.db import close_old_connections
 
+from ..consuming.backoff import retry_delay
 from ..consuming.message import Message
 from ..exceptions import DeadLetter, Retry
+from ..models.fields import storable_error
 from .outcomes import Acked, DeadLettered, Outcome, Retried
 from .partitions import Ident, Partition
 
@@ -27,6 +30,9 @@ class Dispatcher:
         self._running: dict[Future[None], tuple[Ident, int]] = {}
         self._lock = threading.Lock()
         self._running_refs: dict[tuple[Ident, int], int] = {}
+        # When each running handler started (time.monotonic()), for MAX_HANDLER_TIME.
+        self._started: dict[tuple[Ident, int], float] = {}
+        self._overdue_logged: set[tuple[Ident, int]] = set()
 
     @property
     def busy(self) -> int:
@@ -37,6 +43,29 @@ class Dispatcher:
         """Whether a handler for this message is queued or running in this process."""
         with self._lock:
             return (ident, offset) in self._running_refs
+
+    def may_extend(self, ident: Ident, offset: int, max_seconds: float | None) -> bool:
+        """Whether the worker should keep this message invisible: its handler is queued or
+        running here, and has not run longer than ``max_seconds`` (None: no limit)."""
+        ref = (ident, offset)
+        with self._lock:
+            if ref not in self._running_refs:
+                return False
+            started = self._started.get(ref)
+            if max_seconds is None or started is None:
+                return True
+            overdue = time.monotonic() - started > max_seconds
+            first_time = overdue and ref not in self._overdue_logged
+            if first_time:
+                self._overdue_logged.add(ref)
+        if first_time:
+            logger.warning(
+                "handler running longer than MAX_HANDLER_TIME (%.0fs), no longer extending "
+                "its message; it will be redelivered when its visibility runs out group=%s "
+                "topic=%s partition=%s offset=%s", max_seconds, ident[0], ident[1], ident[2],
+                offset,
+            )
+        return not overdue
 
     def submit(self, partition: Partition, generation: int, message: Message) -> None:
         ref = (partition.ident, message.offset)
@@ -56,23 +85,36 @@ class Dispatcher:
                     self._running_refs[ref] = left
                 else:
                     self._running_refs.pop(ref, None)
+                    self._started.pop(ref, None)
+                    self._overdue_logged.discard(ref)
         self._wake.set()
 
     def shutdown(self, wait: bool) -> None:
         self._pool.shutdown(wait=wait, cancel_futures=True)
 
     def _run(self, partition: Partition, generation: int, message: Message) -> None:
+        if not partition.usable(generation):
+            # The worker lost the partition, or may have (its lease was not renewed in time:
+            # the process was paused, say). Its new owner delivers the message; here it
+            # stays in flight until its visibility runs out.
+            logger.info("not starting a handler for a partition this worker may no longer "
+                        "own group=%s topic=%s partition=%s offset=%s", partition.group,
+                        partition.topic, partition.number, message.offset)
+            return
+        with self._lock:
+            self._started.setdefault((partition.ident, message.offset), time.monotonic())
         subscription = partition.subscription
         close_old_connections()
         try:
             subscription.handler(message)
         except Retry as exc:
-            delay = subscription.backoff.delay(message.attempt) if exc.delay is None else exc.delay
+            delay = retry_delay(subscription.backoff, message.attempt, exc.delay)
             self._failed(partition, generation, message, f"Retry: {exc}", delay)
         except DeadLetter as exc:
-            self.outcomes.put(DeadLettered(partition, generation, message, error=f"DeadLetter: {exc}"))
+            self.outcomes.put(DeadLettered(partition, generation, message,
+                                           error=storable_error(f"DeadLetter: {exc}")))
         except BaseException as exc:  # noqa: BLE001 - any handler failure is a nack, never a crash
-            delay = subscription.backoff.delay(message.attempt)
+            delay = retry_delay(subscription.backoff, message.attempt)
             self._failed(partition, generation, message, f"{type(exc).__name__}: {exc}", delay)
         else:
             self.outcomes.put(Acked(partition, generation, message))
@@ -82,16 +124,18 @@ class Dispatcher:
     def _failed(self, partition: Partition, generation: int, message: Message, error: str,
                 delay: float) -> None:
         subscription = partition.subscription
+        error = storable_error(error)
         if message.attempt >= subscription.max_attempts:
             logger.warning(
                 "handler failed, giving up topic=%s group=%s key=%s offset=%s attempt=%s error=%s",
-                message.topic, message.group, message.key, message.offset, message.attempt, error,
+                message.topic, message.group, message.key, message.offset, message.attempt,
+                error[:500],
             )
             self.outcomes.put(DeadLettered(partition, generation, message, error=error))
         else:
             logger.info(
                 "handler failed, retrying in %.2fs topic=%s group=%s key=%s offset=%s attempt=%s "
                 "error=%s", delay, message.topic, message.group, message.key, message.offset,
-                message.attempt, error,
+                message.attempt, error[:500],
             )
             self.outcomes.put(Retried(partition, generation, message, error=error, delay=delay))

@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import logging
 import math
+import time
+import uuid
 from collections.abc import Iterable
 
 from django.db import transaction
@@ -30,8 +32,12 @@ class Leasing:
     def __init__(self, worker_name: str, using: str, subscriptions: list[Subscription],
                  lease_duration: float) -> None:
         self.worker_name = worker_name
+        # Unique to this process: a worker paused past its lease and its replacement under
+        # the same name are two owners to the lease table, never one.
+        self.token = uuid.uuid4().hex
         self.using = using
         self.subscriptions = subscriptions
+        self.lease_seconds = lease_duration
         self.lease_ms = int(lease_duration * 1000)
         self.partitions: dict[Ident, Partition] = {}
         self.counts: dict[str, int] = {}  # recorded partitions per subscribed topic
@@ -80,12 +86,15 @@ class Leasing:
             SubscriberHeartbeat.objects.beat(
                 subscription.group, subscription.topic, self.worker_name, now_ms, self.using
             )
-        PartitionLease.objects.renew(self.worker_name, now_ms, self.using)
+        # Leases confirmed below are surely ours until this moment plus a lease: taken
+        # before the renewal was sent, so a slow round trip only shortens it.
+        renewing_at = time.monotonic()
+        PartitionLease.objects.renew(self.worker_name, self.token, now_ms, self.using)
         # A topic repartitioned by an operator gets lease rows for its new partitions.
         self._ensure_partitions(Topic.objects.partition_counts(list(self.counts), self.using))
         live = self._live_workers(now_ms)
         for subscription in self.subscriptions:
-            self._reconcile(subscription)
+            self._reconcile(subscription, renewing_at + self.lease_seconds)
             self.shares[(subscription.group, subscription.topic)] = self._fair_share(
                 subscription, live
             )
@@ -140,6 +149,7 @@ class Leasing:
     def drop(self, partitions: Iterable[Partition]) -> None:
         """Forget partitions another worker took over."""
         for partition in partitions:
+            partition.lost = True
             if self.partitions.get(partition.ident) is partition:
                 del self.partitions[partition.ident]
                 logger.warning(
@@ -181,18 +191,31 @@ class Leasing:
             return 0
         return math.ceil(total / max(active, 1))
 
-    def _reconcile(self, subscription: Subscription) -> None:
+    def _reconcile(self, subscription: Subscription, valid_until: float) -> None:
         """Make local state match the lease table: drop partitions taken from us, and adopt
-        leases held under our name that we do not know (say, a take whose follow-up read
-        failed), so that no lease is renewed forever without being consumed."""
+        leases this process holds that it does not know (say, a take whose follow-up read
+        failed), so that no lease is renewed forever without being consumed. An adopted
+        lease starts a new generation."""
         group, topic = subscription.group, subscription.topic
-        owned = PartitionLease.objects.owned(group, topic, self.worker_name, self.using)
+        owned = PartitionLease.objects.owned(group, topic, self.worker_name, self.token,
+                                             self.using)
         for partition in list(self.partitions.values()):
-            if partition.subscription is subscription and owned.get(partition.number) != partition.generation:
-                self.drop([partition])
-        for number in owned:
-            if (group, topic, number) not in self.partitions:
-                partition = Partition(subscription, number, owned[number])
+            if partition.subscription is subscription:
+                if owned.get(partition.number) != partition.generation:
+                    self.drop([partition])
+                else:
+                    partition.valid_until = valid_until
+        unknown = [n for n in owned if (group, topic, n) not in self.partitions]
+        if not unknown:
+            return
+        PartitionLease.objects.adopt(group, topic, unknown, self.worker_name, self.token,
+                                     self.using)
+        owned = PartitionLease.objects.owned(group, topic, self.worker_name, self.token,
+                                             self.using)
+        for number in unknown:
+            if number in owned:
+                partition = Partition(subscription, number, owned[number],
+                                      valid_until=valid_until)
                 self.partitions[partition.ident] = partition
                 logger.warning("lease adopted group=%s topic=%s partition=%s generation=%s",
                                group, topic, number, partition.generation)
@@ -218,6 +241,7 @@ class Leasing:
     def _take(self, subscription: Subscription, want: int, now_ms: int) -> list[Partition]:
         group, topic = subscription.group, subscription.topic
         stale_before = now_ms - self.lease_ms
+        taking_at = time.monotonic()
         with transaction.atomic(using=self.using):
             numbers = PartitionLease.objects.claimable(group, topic, stale_before, want,
                                                        self.using)
@@ -228,15 +252,17 @@ class Leasing:
                        if (group, topic, n) not in self.partitions and int(n) < count]
             if not numbers:
                 return []
-            PartitionLease.objects.take(group, topic, numbers, self.worker_name, stale_before,
-                                        now_ms, self.using)
-        owned = PartitionLease.objects.owned(group, topic, self.worker_name, self.using)
+            PartitionLease.objects.take(group, topic, numbers, self.worker_name, self.token,
+                                        stale_before, now_ms, self.using)
+        owned = PartitionLease.objects.owned(group, topic, self.worker_name, self.token,
+                                             self.using)
         taken = []
         for number in numbers:
             if number not in owned:
                 continue
             # Its watermark row and window are set up by the next poll cycle.
-            partition = Partition(subscription, number, owned[number])
+            partition = Partition(subscription, number, owned[number],
+                                  valid_until=taking_at + self.lease_seconds)
             self.partitions[partition.ident] = partition
             taken.append(partition)
             logger.info("lease acquired group=%s topic=%s partition=%s generation=%s",
@@ -250,8 +276,10 @@ class Leasing:
                 partition.generation
             )
         for (group, topic), held in by_subscription.items():
-            PartitionLease.objects.release(group, topic, held, self.worker_name, self.using)
+            PartitionLease.objects.release(group, topic, held, self.worker_name, self.token,
+                                           self.using)
         for partition in partitions:
+            partition.lost = True
             self.partitions.pop(partition.ident, None)
             logger.info("lease released group=%s topic=%s partition=%s",
                         partition.group, partition.topic, partition.number)

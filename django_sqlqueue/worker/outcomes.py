@@ -7,10 +7,9 @@ A new kind is a new class in this module, raised by the dispatcher.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, ClassVar, Protocol
 
-from .. import signals
 from ..consuming.message import Message
 from . import announce
 from .partitions import Partition
@@ -43,6 +42,11 @@ class Outcome:
     # (its visibility ran out and it was redelivered). Only a success does: the work is done.
     # Anything else is left to the newer delivery.
     stands_when_superseded: ClassVar[bool] = False
+    # Whether recording it writes at once (in a savepoint of its own) rather than in a
+    # batch written at the end of the cycle.
+    writes_now: ClassVar[bool] = True
+    # Cycles whose attempt to record it failed (see PollCycle._record_one).
+    failures: int = field(default=0, compare=False, repr=False)
 
     def record(self, ledger: Ledger, entry: Entry, ref: MessageRef) -> None:
         raise NotImplementedError
@@ -56,14 +60,14 @@ class Acked(Outcome):
     """The handler returned: the message is done for this group."""
 
     stands_when_superseded: ClassVar[bool] = True
+    writes_now: ClassVar[bool] = False  # acks are batched, one statement per subscription
 
     def record(self, ledger: Ledger, entry: Entry, ref: MessageRef) -> None:
         ledger.ack(self.partition, ref)
         self.partition.settled(entry)
 
     def announce(self) -> None:
-        signals.message_acked.send(sender=Message, message=self.message,
-                                   subscription=self.partition.subscription)
+        announce.acked(self.message, self.partition.subscription)
 
 
 @dataclass
@@ -78,9 +82,7 @@ class Retried(Outcome):
         self.partition.retry_at(entry, due, self.error)
 
     def announce(self) -> None:
-        signals.message_nacked.send(sender=Message, message=self.message,
-                                    subscription=self.partition.subscription,
-                                    delay=self.delay, error=self.error)
+        announce.nacked(self.message, self.partition.subscription, self.delay, self.error)
 
 
 @dataclass

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import heapq
+import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -89,6 +90,11 @@ class Partition:
     draining: bool = False
     # Watermark or cursor moved since they were saved.
     progress_saved: bool = True
+    # Until when (time.monotonic()) the lease is surely still this worker's: the start of
+    # its last confirmed renewal (or take) plus the lease duration. Set by the leasing.
+    valid_until: float = 0.0
+    # Another worker took the partition over; handlers queued for it must not start.
+    lost: bool = False
 
     @property
     def group(self) -> str:
@@ -108,19 +114,26 @@ class Partition:
 
     # ----------------------------------------------------------------- questions
 
+    def usable(self, generation: int) -> bool:
+        """Whether a handler for a message delivered under ``generation`` may start now
+        (asked from handler threads; the fields read are single assignments)."""
+        return (not self.lost and generation == self.generation
+                and time.monotonic() < self.valid_until)
+
     def in_flight(self) -> list[Entry]:
         return [self.entries[offset] for offset in self._in_flight]
 
     def in_flight_count(self) -> int:
         return len(self._in_flight)
 
-    def due_for_extension(self, now_ms: int, is_running: Callable[[Ident, int], bool]) -> list[Entry]:
-        """Running messages that used half their visibility timeout (auto-extension)."""
+    def due_for_extension(self, now_ms: int, may_extend: Callable[[Ident, int], bool]) -> list[Entry]:
+        """Running messages that used half their visibility timeout (auto-extension);
+        ``may_extend`` says whether a message's handler still runs and may be extended."""
         if not self.subscription.auto_extend:
             return []
         half = int(self.subscription.visibility_timeout * 500)
         return [e for e in self.in_flight()
-                if e.due_ms - now_ms < half and is_running(self.ident, e.offset)]
+                if e.due_ms - now_ms < half and may_extend(self.ident, e.offset)]
 
     def unread(self) -> bool:
         """Messages may wait above the read cursor."""

@@ -31,12 +31,16 @@ from .interrupts import stop_on_signals
 from .leasing import Leasing
 from .outcomes import Outcome
 from .partitions import Ident, Partition
+from .session import SessionBounds
 
 logger = logging.getLogger("django_sqlqueue.worker")
 
 ACQUIRE_INTERVAL = 0.5  # seconds between rebalance checks and lease attempts between renewals
 SEQUENCE_ROUNDS = 5  # sequencing transactions at most per poll
 SLOW_CYCLE = 1.0  # seconds; a poll cycle slower than this is logged
+# Exit status of a worker that stopped while handlers were still running after the
+# shutdown grace period (their messages are redelivered after the visibility timeout).
+EXIT_HANDLERS_ABANDONED = 3
 
 
 def default_worker_name() -> str:
@@ -72,12 +76,14 @@ class Worker:
         self.clock = DatabaseClock()
         self.wake = threading.Event()
         self.stopping = threading.Event()
+        self.concurrency = concurrency
         self.dispatcher = Dispatcher(concurrency, self.wake)
         self.leasing = Leasing(self.name, using, subscriptions, conf.lease_duration)
-        self.cycle = PollCycle(self.name, using, conf.dlq_suffix, self.clock.now_ms,
-                               self.dispatcher.is_running)
+        self.cycle = PollCycle(self.name, self.leasing.token, using, conf.dlq_suffix,
+                               self.clock.now_ms, self.dispatcher.is_running, self._may_extend)
         self.extensions: Extensions = queue.SimpleQueue()
         self.faults = FaultBackoff(using)
+        self.session = SessionBounds(using, conf.lease_duration)
         self.faults_delay = 0.0  # seconds to wait after the last failed step
         self.topics = sorted({s.topic for s in subscriptions})
         self.groups_by_topic: dict[str, set[str]] = {}
@@ -133,6 +139,7 @@ class Worker:
         """Check the name is free, note the log head, record the topics' partition counts
         and create their lease rows. Returns 0 once started, else seconds until the next try.
         """
+        self.session.ensure()
         head, _, db_now = LogSequencer.objects.head(self.using)
         self.clock.sync(db_now)
         if self.leasing.name_in_use(db_now):
@@ -173,6 +180,7 @@ class Worker:
 
     def _tick(self) -> float:
         poll = self.conf.poll_interval
+        self.session.ensure()
         head, pending, db_now = LogSequencer.objects.head(self.using)
         self.clock.sync(db_now)
         if pending:
@@ -196,10 +204,12 @@ class Worker:
         full = False
         delivered = 0
         if (self._pending or attention.cycle_wanted(held, now_ms)
-                or attention.extension_due(held, now_ms, self.dispatcher.is_running)):
+                or attention.extension_due(held, now_ms, self._may_extend)):
             started = time.monotonic()
+            idle_threads = max(0, self.concurrency - self.dispatcher.busy)
             try:
-                result = self.cycle.run(self.partitions, list(self._pending), self.capacity)
+                result = self.cycle.run(self.partitions, list(self._pending), self.capacity,
+                                        idle_threads)
             except Exception:
                 # The cycle changed partition state that its transaction did not commit:
                 # rebuild every window from the database before the next delivery.
@@ -274,24 +284,31 @@ class Worker:
         self._seen_head = head
 
     def _apply(self, result: CycleResult) -> None:
-        """Fold a committed cycle into the worker: forget lost partitions, signal outcomes,
-        hand deliveries to handler threads."""
+        """Fold a committed cycle into the worker: forget lost partitions, hand deliveries
+        to handler threads, then send the signals (a slow or failing receiver delays no
+        handler)."""
         self.leasing.drop(result.lost)
         done = {id(o) for o in result.done}
         self._pending = [o for o in self._pending if id(o) not in done]
         for report in result.reports.values():
             partition = report.partition
+            for delivery in report.deliveries:
+                delivery.message._extend = extender(
+                    partition, delivery.generation, delivery.message, self.name,
+                    self.leasing.token, self.clock, self.using, self.extensions,
+                )
+                self.dispatcher.submit(partition, delivery.generation, delivery.message)
+        for report in result.reports.values():
+            subscription = report.partition.subscription
             for outcome in report.recorded:
                 outcome.announce()
             for dead in report.dead_on_fetch:
-                announce.dead_lettered(dead.message, partition.subscription, dead.error)
+                announce.dead_lettered(dead.message, subscription, dead.error)
             for delivery in report.deliveries:
-                delivery.message._extend = extender(
-                    partition, delivery.generation, delivery.message, self.name, self.clock,
-                    self.using, self.extensions,
-                )
-                announce.delivered(delivery.message, partition.subscription)
-                self.dispatcher.submit(partition, delivery.generation, delivery.message)
+                announce.delivered(delivery.message, subscription)
+
+    def _may_extend(self, ident: Ident, offset: int) -> bool:
+        return self.dispatcher.may_extend(ident, offset, self.conf.max_handler_time)
 
     def _burst_done(self, delivered: int, pending: bool) -> bool:
         now_ms = self.clock.now_ms()
@@ -318,13 +335,20 @@ class Worker:
                 break
             self.wake.wait(min(0.05, max(0.0, deadline - time.monotonic())))
             self.wake.clear()
-        if self.dispatcher.busy:
+        abandoned = self.dispatcher.busy
+        if abandoned:
             logger.warning(
                 "shutdown grace over with %s handler(s) still running; their messages will "
-                "be redelivered after the visibility timeout", self.dispatcher.busy,
+                "be redelivered after the visibility timeout", abandoned,
             )
         self._step("release", self._release_everything)
         self.dispatcher.shutdown(wait=False)
+        if abandoned and not self.exit_code:
+            # Handler threads cannot be stopped from outside; the caller ends the process
+            # (runqueueworker does) instead of waiting for them at interpreter exit.
+            self.exit_code = EXIT_HANDLERS_ABANDONED
+            self.exit_reason = (f"stopped with {abandoned} handler(s) still running after the "
+                                f"{self.conf.shutdown_grace:g}s shutdown grace")
 
     def _release_everything(self) -> None:
         self.leasing.release_all()

@@ -6,6 +6,7 @@ import os
 import time
 
 import django_sqlqueue as sqlqueue
+from django_sqlqueue import signals
 
 from .models import Handled
 
@@ -93,3 +94,101 @@ def shared_keyless(message: sqlqueue.Message) -> None:
 @sqlqueue.subscriber("manykeys", group="bulk", backoff=FAST_RETRY)
 def one_of_many_keys(message: sqlqueue.Message) -> None:
     record(message)
+
+
+# ------------------------------------------------------------------ hostile handlers
+# Each makes one message do something that once stalled a whole worker; the tests check
+# that the worker's other keys and partitions carry on.
+
+
+class NotANumberBackoff:
+    """A custom backoff gone wrong: it returns NaN, or raises, instead of seconds."""
+
+    def delay(self, attempt: int) -> float:
+        if attempt == 1:
+            return float("nan")
+        raise RuntimeError("backoff broke")
+
+
+@sqlqueue.subscriber("hostile", group="billing", max_attempts=3, backoff=FAST_RETRY)
+def hostile(message: sqlqueue.Message) -> None:
+    """payload {"retry_delay": x} asks for a retry after float(x) seconds; {"error": text}
+    fails with that text; anything else is handled normally."""
+    record(message)
+    payload = message.payload if isinstance(message.payload, dict) else {}
+    if "retry_delay" in payload:
+        raise sqlqueue.Retry(delay=float(payload["retry_delay"]), reason="hostile retry")
+    if "error" in payload:
+        text = payload["error"].replace("<NUL>", "\x00").replace("<SURROGATE>", "\udc80")
+        raise RuntimeError(text)
+
+
+@sqlqueue.subscriber("badbackoff", group="billing", max_attempts=3, backoff=NotANumberBackoff())
+def fails_with_a_broken_backoff(message: sqlqueue.Message) -> None:
+    record(message)
+    if isinstance(message.payload, dict) and message.payload.get("fail"):
+        raise RuntimeError("fails, and its backoff cannot say when to retry")
+
+
+def _explode(sender: object, message: sqlqueue.Message, **kwargs: object) -> None:
+    if message.topic == "loud":
+        raise RuntimeError(f"a receiver of a signal for offset {message.offset} failed")
+
+
+for _signal in (signals.message_delivered, signals.message_acked,
+                signals.message_nacked, signals.message_dead_lettered):
+    _signal.connect(_explode, dispatch_uid=f"tests-explode-{_signal!r}")
+
+
+@sqlqueue.subscriber("loud", group="billing", max_attempts=2, backoff=FAST_RETRY)
+def handled_despite_raising_receivers(message: sqlqueue.Message) -> None:
+    record(message)
+    if isinstance(message.payload, dict) and message.payload.get("fail"):
+        raise RuntimeError("fails, so nack and dead-letter signals are sent too")
+
+
+@sqlqueue.subscriber("txextend", group="billing", visibility_timeout=2, backoff=FAST_RETRY)
+def extends_inside_its_own_transaction(message: sqlqueue.Message) -> None:
+    """Holds a transaction of its own open for payload["hold"] seconds, extending its
+    visibility by payload["extend"] seconds from inside it."""
+    from django.db import transaction
+
+    with transaction.atomic():
+        record(message)
+        if isinstance(message.payload, dict) and message.payload.get("hold"):
+            message.extend_visibility(float(message.payload["extend"]))
+            time.sleep(float(message.payload["hold"]))
+
+
+@sqlqueue.subscriber("latefail", group="billing", max_attempts=2, visibility_timeout=1,
+                     auto_extend=False, backoff=FAST_RETRY)
+def fails_late_on_its_first_attempt(message: sqlqueue.Message) -> None:
+    """Attempt 1 outlives its visibility and then dead-letters itself; attempt 2 succeeds."""
+    record(message)
+    if message.attempt == 1:
+        time.sleep(1.6)
+        raise sqlqueue.DeadLetter("too late")
+
+
+@sqlqueue.subscriber("poison_dlq", group="triage")
+def triage(message: sqlqueue.Message) -> None:
+    """Records what a dead-letter handler learns about each dead letter."""
+    import dataclasses
+
+    info = message.dead_letter
+    Handled.objects.create(
+        group=message.group, topic=message.topic, key=message.key, offset=message.offset,
+        message_id=message.id, payload=dataclasses.asdict(info) if info else None,
+        attempt=message.attempt, pid=os.getpid(), handled_at=time.time(),
+    )
+
+
+@sqlqueue.subscriber("vanishing", group="billing")
+def collected_under_its_feet(message: sqlqueue.Message) -> None:
+    """Its log row disappears while it runs (as when GC collects it for a group that
+    registered late), then it is dead-lettered."""
+    from django_sqlqueue.models import QueueMessage
+
+    record(message)
+    QueueMessage.objects.filter(offset=message.offset).delete()
+    raise sqlqueue.DeadLetter("gone")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import os
 import sys
 from argparse import ArgumentParser, ArgumentTypeError
 from typing import Any, NoReturn
@@ -13,7 +14,7 @@ from django.db import connections
 from django_sqlqueue.consuming.registry import autodiscover, subscriptions
 from django_sqlqueue.exceptions import ConfigurationError
 from django_sqlqueue.models.fields import SUBSCRIBER_NAME_LENGTH
-from django_sqlqueue.worker.process import Worker
+from django_sqlqueue.worker.process import EXIT_HANDLERS_ABANDONED, Worker
 
 
 def positive_int(text: str) -> int:
@@ -99,6 +100,14 @@ class Command(BaseCommand):
             burst=options["burst"], using=options["database"],
         )
         code = worker.run()
+        if code == EXIT_HANDLERS_ABANDONED:
+            # The hung handlers' threads would keep the interpreter alive at exit: end the
+            # process now, as the operator who sent SIGTERM expects.
+            sys.stderr.write(f"CommandError: {worker.exit_reason}\n")
+            logging.shutdown()
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os._exit(code)
         if code:
             raise CommandError(worker.exit_reason or f"worker exited with status {code}",
                                returncode=code)

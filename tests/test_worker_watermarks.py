@@ -1,0 +1,80 @@
+"""Watermarks and delivery rows stay flat whatever sits at a partition's head."""
+
+from __future__ import annotations
+
+import signal
+
+import pytest
+
+import django_sqlqueue as sqlqueue
+from django_sqlqueue.models import ConsumerOffset, DeliveryState
+from tests.testapp.models import Handled
+from tests.worker_harness import partition_of, position_of, wait_until, worker_pool
+
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.worker]
+
+
+@pytest.fixture
+def workers(transactional_db, tmp_path):  # type: ignore[no-untyped-def]
+    with worker_pool(tmp_path) as pool:
+        yield pool
+
+
+def keys_in_partition(topic: str, partition: str, count: int) -> list[str]:
+    keys, n = [], 0
+    while len(keys) < count:
+        if partition_of(topic, f"k{n}") == partition:
+            keys.append(f"k{n}")
+        n += 1
+    return keys
+
+
+def progress(group: str, topic: str, partition: str) -> tuple[int, int]:
+    return ConsumerOffset.objects.filter(
+        consumer_group=group, topic=topic, partition_key=partition,
+    ).values_list("offset_acked", "offset_fetched").get()
+
+
+def test_a_delayed_head_holds_the_watermark_but_not_the_reading_behind_it(workers):
+    head = sqlqueue.publish("manykeys", {"n": "head"}, key="head", delay=20)
+    partition = partition_of("manykeys", "head")
+    behind = sqlqueue.publish_many("manykeys", [
+        {"payload": {"n": n}, "key": key}
+        for n, key in enumerate(keys_in_partition("manykeys", partition, 1200))])
+    worker = workers.start("watermarks", "--topic", "manykeys")
+
+    wait_until(lambda: Handled.objects.filter(topic="manykeys").count() >= 1200,
+               what="the 1,200 messages behind the delayed head", watch=[worker])
+    last = max(position_of(m.offset) or 0 for m in behind)
+    # While the head waits: everything behind it read once (the cursor is at the end),
+    # the watermark just below the head.
+    acked, fetched = wait_until(lambda: progress("bulk", "manykeys", partition)
+                                if progress("bulk", "manykeys", partition)[1] >= last else None,
+                                what="the read cursor at the partition's end", watch=[worker])
+    assert acked < position_of(head.offset)
+    # Once the head is handled, the watermark passes all 1,201 and their rows are gone.
+    wait_until(lambda: progress("bulk", "manykeys", partition)[0] >= last, timeout=40,
+               what="the watermark passing every acked message", watch=[worker])
+    assert not DeliveryState.objects.filter(topic="manykeys").exists()
+
+
+def test_acked_rows_a_killed_worker_left_behind_are_cleaned_up(workers):
+    slow_head = sqlqueue.publish("slow", {"sleep": 3}, key="head")
+    partition = partition_of("slow", "head")
+    behind = sqlqueue.publish_many("slow", [
+        {"payload": {"sleep": 0}, "key": key}
+        for key in keys_in_partition("slow", partition, 50)])
+    first = workers.start("first", "--topic", "slow", "--concurrency", "4")
+    wait_until(lambda: DeliveryState.objects.filter(topic="slow", acked=True).count() >= 50,
+               what="the messages behind the slow head acked", watch=[first])
+    first.send(signal.SIGKILL)
+    first.kill()
+    assert DeliveryState.objects.filter(topic="slow", acked=True).count() >= 50
+
+    second = workers.start("second", "--topic", "slow")
+    last = max(position_of(m.offset) or 0 for m in behind)
+    wait_until(lambda: progress("billing", "slow", partition)[0] >= last, timeout=30,
+               what="the new owner's watermark passing everything", watch=[second])
+    wait_until(lambda: not DeliveryState.objects.filter(topic="slow").exists(),
+               what="the left-behind delivery rows deleted", watch=[second])
+    assert Handled.objects.filter(offset=slow_head.offset).count() == 2  # redelivered once
