@@ -11,6 +11,7 @@ from collections import defaultdict
 import pytest
 
 import django_sqlqueue as sqlqueue
+from django_sqlqueue.conf import get_settings
 from django_sqlqueue.models import ConsumerOffset, PartitionLease
 from tests.testapp.models import Handled
 from tests.worker_harness import (
@@ -106,3 +107,25 @@ def test_keyless_messages_are_shared_by_the_workers_of_a_group(workers):
     for pid in handled.values_list("pid", flat=True):
         by_pid[pid] += 1
     assert set(by_pid) == {w.pid for w in started}, "both workers handled some of them"
+
+
+def test_two_settled_workers_do_not_rebalance_again_and_again(workers):
+    sqlqueue.publish_many("manykeys", [{"payload": {"n": n}, "key": f"k{n}"} for n in range(2000)])
+    fast = {"LEASE_DURATION": 3.0, "RENEW_INTERVAL": 0.5}
+    a = workers.start("settled-a", "--topic", "manykeys", settings=fast)
+    b = workers.start("settled-b", "--topic", "manykeys", settings=fast)
+    half = get_settings().partitions_for("manykeys") // 2
+    wait_stable(lambda: lease_counts(["settled-a", "settled-b"]), [half, half], hold=1.0,
+                what="an even split", watch=[a, b])
+    generations = dict(PartitionLease.objects.filter(topic="manykeys")
+                       .values_list("partition_key", "generation"))
+    taken = a.stderr.count("lease acquired") + b.stderr.count("lease acquired")
+    # Six renew intervals of steady state with work flowing: leases renewed, none moved.
+    sqlqueue.publish_many("manykeys", [{"payload": {"n": n}, "key": f"j{n}"} for n in range(500)])
+    wait_until(lambda: all_acked("bulk", "manykeys"), what="the new messages acked",
+               watch=[a, b])
+    wait_stable(lambda: lease_counts(["settled-a", "settled-b"]), [half, half], hold=3.0,
+                what="the split holding", watch=[a, b])
+    assert dict(PartitionLease.objects.filter(topic="manykeys")
+                .values_list("partition_key", "generation")) == generations
+    assert a.stderr.count("lease acquired") + b.stderr.count("lease acquired") == taken
