@@ -131,6 +131,7 @@ class Worker:
                     self.wake.wait(delay)
                     self.wake.clear()
             self._shutdown()
+        self.session.release()
         logger.info("worker stopped name=%s cycles=%s longest_cycle_ms=%.0f", self.name,
                     self.cycles, self.longest_cycle * 1000)
         return self.exit_code

@@ -13,13 +13,11 @@ docs/consuming.md.
 
 from __future__ import annotations
 
-import logging
+import contextlib
 import math
 from typing import Any
 
 from django.db import connections
-
-logger = logging.getLogger("django_sqlqueue.worker")
 
 
 class SessionBounds:
@@ -43,9 +41,22 @@ class SessionBounds:
                 cursor.execute(sql)
         self._applied_to = raw
 
-    def _statement(self, connection: Any) -> str:
+    def release(self) -> None:
+        """Put the session's defaults back (a worker run in-process shares its thread's
+        connection with the code that called it)."""
+        connection = connections[self.using]
+        if connection.connection is None or connection.connection is not self._applied_to:
+            return
+        sql = self._statement(connection, "DEFAULT")
+        if sql:
+            with contextlib.suppress(Exception), connection.cursor() as cursor:
+                cursor.execute(sql)
+        self._applied_to = None
+
+    def _statement(self, connection: Any, value: str | None = None) -> str:
         if connection.vendor == "postgresql":
-            return f"SET idle_in_transaction_session_timeout = {self.seconds * 1000}"
+            return ("SET idle_in_transaction_session_timeout = "
+                    f"{value or self.seconds * 1000}")
         if connection.vendor == "mysql" and getattr(connection, "mysql_is_mariadb", False):
-            return f"SET SESSION idle_transaction_timeout = {self.seconds}"
+            return f"SET SESSION idle_transaction_timeout = {value or self.seconds}"
         return ""
