@@ -57,6 +57,8 @@ _RULES: list[tuple[str, str, Callable[[Any], bool], str]] = [
     ("PARTITIONS", "sqlqueue.E014", _partition_count, f"an integer from 1 to {MAX_PARTITIONS}"),
     ("MAX_HANDLER_TIME", "sqlqueue.E020", _positive_number_or_none,
      "a number of seconds > 0, or None for no limit"),
+    ("GROUP_RETENTION", "sqlqueue.E021", _positive_number_or_none,
+     "a number of seconds > 0, or None to keep consumer groups until forgotten"),
 ]
 
 

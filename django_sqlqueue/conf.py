@@ -33,6 +33,10 @@ DEFAULTS: dict[str, Any] = {
     "PUBLISH_BATCH_SIZE": 500,
     # How often a worker deletes fully consumed messages, in seconds (0 disables GC).
     "GC_INTERVAL": 60.0,
+    # A registered consumer group with neither a heartbeat nor an ack for this many seconds
+    # stops holding GC back (Kafka's offset retention); None: groups hold it back until
+    # retired with `manage.py sqlqueue forget`.
+    "GROUP_RETENTION": 7 * 24 * 3600.0,
     # Seconds a stopping worker waits for in-flight handlers before giving up on them.
     "SHUTDOWN_GRACE": 30.0,
     # Seconds after which a running handler's message is no longer kept invisible, so it
@@ -61,6 +65,7 @@ class QueueSettings:
     max_payload_bytes: int
     publish_batch_size: int
     gc_interval: float
+    group_retention: float | None
     shutdown_grace: float
     max_handler_time: float | None
     partitions: int

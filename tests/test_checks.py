@@ -124,6 +124,8 @@ def test_check_errors_are_errors_not_warnings():
         ("SHUTDOWN_GRACE", -1, "sqlqueue.E012"),
         ("MAX_HANDLER_TIME", 0, "sqlqueue.E020"),
         ("MAX_HANDLER_TIME", "1h", "sqlqueue.E020"),
+        ("GROUP_RETENTION", 0, "sqlqueue.E021"),
+        ("GROUP_RETENTION", "7d", "sqlqueue.E021"),
     ],
 )
 def test_bad_value_has_its_own_id_and_a_hint(name, value, check_id):
@@ -144,7 +146,7 @@ def test_every_bad_value_is_reported_at_once():
 @pytest.mark.parametrize(
     ("name", "value"),
     [("GC_INTERVAL", 0), ("SHUTDOWN_GRACE", 0), ("DLQ_SUFFIX", "x" * 50), ("DLQ_SUFFIX", ".dlq"),
-     ("MAX_HANDLER_TIME", None), ("MAX_HANDLER_TIME", 0.5)],
+     ("MAX_HANDLER_TIME", None), ("MAX_HANDLER_TIME", 0.5), ("GROUP_RETENTION", None)],
 )
 def test_boundary_value_is_accepted(name, value):
     assert errors_for({name: value}) == []

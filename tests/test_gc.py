@@ -2,10 +2,23 @@
 
 from __future__ import annotations
 
+import io
+import logging
+import time
+
 import pytest
+from django.core.management import call_command
+from django.core.management.base import CommandError
+from django.db import connection
 
 import django_sqlqueue as sqlqueue
-from django_sqlqueue.models import ConsumerOffset, QueueMessage, SubscriberHeartbeat
+from django_sqlqueue.models import (
+    ConsumerOffset,
+    DeliveryState,
+    PartitionLease,
+    QueueMessage,
+    SubscriberHeartbeat,
+)
 from django_sqlqueue.partitioning import partition_for
 from django_sqlqueue.sequencing import sequence_all
 from django_sqlqueue.worker.collector import collect_garbage
@@ -34,7 +47,7 @@ def set_watermark(group: str, key: str, position: int) -> None:
         defaults={"heartbeat_at": 1})
     ConsumerOffset.objects.update_or_create(
         consumer_group=group, topic="orders", partition_key=partition(key),
-        defaults={"offset_acked": position, "updated_at": 1})
+        defaults={"offset_acked": position, "updated_at": int(time.time() * 1000)})
 
 
 def remaining(key: str = "k") -> list[int]:
@@ -93,3 +106,136 @@ def test_gc_skips_partitions_whose_horizon_it_already_collected():
     set_watermark("billing", "k", positions[3])
     assert collect_garbage(["orders"], {}, "default", collected) == 2
     assert remaining() == []
+
+
+# --------------------------------------------------------------------------- registration
+
+
+DAY_MS = 86_400_000
+
+
+def now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+def test_a_registered_group_whose_workers_are_all_gone_still_holds_gc_back():
+    positions = publish_sequenced(5)
+    set_watermark("billing", "k", positions[-1])
+    set_watermark("shipping", "k", positions[1])
+    SubscriberHeartbeat.objects.all().delete()  # no worker of any group left, rows pruned
+
+    assert collect_garbage(["orders"], {}, "default", retention=7 * 86400) == 2
+    assert remaining() == positions[2:]
+
+
+def test_a_group_silent_for_longer_than_the_retention_stops_holding_gc_back(caplog):
+    positions = publish_sequenced(5)
+    set_watermark("billing", "k", positions[-1])
+    set_watermark("shipping", "k", positions[0])
+    # shipping's last ack and last heartbeat: two days ago.
+    ConsumerOffset.objects.filter(consumer_group="shipping").update(updated_at=now_ms() - 2 * DAY_MS)
+    retired: set[tuple[str, str]] = set()
+
+    with caplog.at_level(logging.WARNING, logger="django_sqlqueue.worker"):
+        assert collect_garbage(["orders"], {}, "default", retention=86400,
+                               retired=retired) == 5
+    assert retired == {("shipping", "orders")}
+    assert "consumer group shipping of topic orders has had no worker and no ack" in caplog.text
+    # A heartbeat within the retention keeps it counted.
+    more = publish_sequenced(2)
+    SubscriberHeartbeat.objects.filter(consumer_group="shipping").update(heartbeat_at=now_ms())
+    set_watermark("billing", "k", more[-1])
+    assert collect_garbage(["orders"], {}, "default", retention=86400) == 0
+
+
+def test_pruning_heartbeats_keeps_each_groups_newest_row_and_what_gc_waits_for():
+    positions = publish_sequenced(3)
+    set_watermark("billing", "k", positions[-1])
+    set_watermark("shipping", "k", positions[0])
+    old = now_ms() - 2 * DAY_MS
+    SubscriberHeartbeat.objects.all().delete()
+    for n in range(50):  # 50 restarts of shipping's worker under host:pid names
+        SubscriberHeartbeat.objects.create(consumer_group="shipping", topic="orders",
+                                           subscriber_name=f"host:{n}", heartbeat_at=old + n,
+                                           deregistered_at=old + n)
+
+    assert SubscriberHeartbeat.objects.prune(now_ms() - 3_600_000, "default") == 49
+    [kept] = SubscriberHeartbeat.objects.values_list("subscriber_name", flat=True)
+    assert kept == "host:49"
+    # shipping's workers are gone and pruned, but the group still holds GC at its watermark.
+    assert collect_garbage(["orders"], {}, "default", retention=7 * 86400) == 1
+    assert remaining() == positions[1:]
+
+
+@pytest.mark.skipif(connection.vendor != "mysql", reason="reads MariaDB's EXPLAIN")
+def test_the_heartbeat_queries_use_an_index():
+    SubscriberHeartbeat.objects.bulk_create(
+        SubscriberHeartbeat(consumer_group=f"g{n % 20}", topic=f"t{n % 50}",
+                            subscriber_name=f"host:{n}", heartbeat_at=n, deregistered_at=n)
+        for n in range(5000))
+    with connection.cursor() as cursor:
+        cursor.execute("ANALYZE TABLE queue_subscriber_heartbeats")
+        cursor.fetchall()
+    live = SubscriberHeartbeat.objects.filter(
+        topic__in=["t1", "t2"], deregistered_at=0, heartbeat_at__gt=100)
+    named = SubscriberHeartbeat.objects.filter(subscriber_name="host:7", deregistered_at=0,
+                                               heartbeat_at__gt=100)
+    for queryset in (live, named):
+        plan = queryset.explain()
+        assert "ALL" not in plan.split(), plan
+
+
+# --------------------------------------------------------------------------- forget
+
+
+def forget(*args: str) -> str:
+    out = io.StringIO()
+    call_command("sqlqueue", "forget", *args, stdout=out)
+    return out.getvalue().strip()
+
+
+def test_forgetting_a_group_lets_gc_collect_what_only_it_still_needed():
+    positions = publish_sequenced(4)
+    set_watermark("billing", "k", positions[-1])
+    set_watermark("shipping", "k", positions[0])
+    SubscriberHeartbeat.objects.filter(consumer_group="shipping").update(deregistered_at=5)
+    DeliveryState.objects.create(consumer_group="shipping", topic="orders",
+                                 partition_key=partition("k"), message_offset=1)
+    PartitionLease.objects.create(consumer_group="shipping", topic="orders",
+                                  partition_key=partition("k"))
+    assert collect_garbage(["orders"], {}, "default") == 1
+
+    line = forget("--group", "shipping", "--topic", "orders")
+
+    assert line == ("forgot consumer group 'shipping' on 'orders': 1 watermark(s), "
+                    "1 delivery row(s), 1 lease(s), 1 heartbeat(s) deleted")
+    assert not ConsumerOffset.objects.filter(consumer_group="shipping").exists()
+    assert collect_garbage(["orders"], {}, "default") == 3
+    assert remaining() == []
+
+
+def test_forget_refuses_while_a_worker_of_the_group_runs():
+    set_watermark("shipping", "k", 0)
+    SubscriberHeartbeat.objects.filter(consumer_group="shipping").update(
+        heartbeat_at=now_ms() + 60_000)  # alive by any clock
+
+    with pytest.raises(CommandError) as caught:
+        forget("--group", "shipping")
+    assert caught.value.returncode == 2
+    assert str(caught.value) == ("consumer group 'shipping' has 1 running worker(s) "
+                                 "(shipping-worker); stop them first")
+    assert ConsumerOffset.objects.filter(consumer_group="shipping").exists()
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (["--group", "nobody"], "consumer group 'nobody' has no state to forget"),
+    (["--group", "billing", "--topic", "nope"],
+     "consumer group 'billing' has no state for topic 'nope' to forget"),
+    (["--group", " "], "--group and --topic must not be empty"),
+])
+def test_forget_with_nothing_to_forget_is_one_line(args, message):
+    set_watermark("billing", "k", 0)
+    with pytest.raises(CommandError) as caught:
+        forget(*args)
+    assert caught.value.returncode == 2
+    assert str(caught.value) == message

@@ -183,3 +183,38 @@ def test_a_late_failure_of_a_superseded_run_does_not_dead_letter_an_acked_messag
     assert not QueueMessage.objects.filter(topic="latefail_dlq").exists()
     worker.send(signal.SIGTERM)
     assert worker.wait_exit(timeout=10) == 0
+
+
+@pytest.mark.skipif(connection.vendor == "sqlite", reason="SQLite has no row locks")
+def test_gc_meeting_a_row_another_transaction_holds_stalls_nothing(workers):
+    from django.db import connections
+
+    settings = {"GC_INTERVAL": 1.0, "LEASE_DURATION": 6.0, "RENEW_INTERVAL": 2.0}
+    first = sqlqueue.publish_many("manykeys", [
+        {"payload": {"n": n}, "key": f"a{n}"} for n in range(20)])
+    worker = workers.start("collector", "--topic", "manykeys", settings=settings)
+    wait_until(lambda: all(position_of(m.offset) for m in first), what="the messages sequenced",
+               watch=[worker])
+    holder = connections.create_connection("default")
+    try:
+        holder.set_autocommit(False)
+        with holder.cursor() as cursor:  # hold a collectable row, as a forgotten transaction does
+            cursor.execute(f"SELECT * FROM queue_messages WHERE {holder.ops.quote_name('offset')}"
+                           " = %s FOR UPDATE", [first[0].offset])
+        wait_until(lambda: handled("manykeys") >= {m.offset for m in first},
+                   what="the first messages handled", watch=[worker])
+        time.sleep(2.5)  # GC has met the held row by now, more than once
+        later = sqlqueue.publish_many("manykeys", [
+            {"payload": {"n": n}, "key": f"b{n}"} for n in range(30)])
+        wait_until(lambda: handled("manykeys") >= {m.offset for m in later}, timeout=8,
+                   what="new messages handled while GC waits", watch=[worker])
+        time.sleep(5)  # past the lease: it was renewed meanwhile
+        assert "lease lost" not in worker.stderr
+        assert "gc postponed" in worker.stderr
+    finally:
+        holder.rollback()
+        holder.close()
+    # Once the row is free, GC collects it.
+    wait_until(lambda: not QueueMessage.objects.filter(offset=first[0].offset).exists(),
+               what="the row collected once free", watch=[worker])
+    assert Handled.objects.filter(topic="manykeys").count() == 50

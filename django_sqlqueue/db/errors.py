@@ -11,8 +11,8 @@ _MYSQL_DISCONNECT = {2006, 2013, 2002, 2003, 1053, 1927, 4031}
 _MYSQL_CONTENTION = {1213, 1205}
 # PostgreSQL SQLSTATEs: connection errors, admin shutdown, cannot connect now ...
 _PG_DISCONNECT_PREFIXES = ("08", "57P01", "57P02", "57P03")
-# ... and serialization failure, deadlock.
-_PG_CONTENTION = ("40001", "40P01")
+# ... and serialization failure, deadlock, lock not available (a lock_timeout ran out).
+_PG_CONTENTION = ("40001", "40P01", "55P03")
 
 
 def is_disconnect(exc: BaseException) -> bool:

@@ -44,6 +44,35 @@ class SubscriberHeartbeatManager(models.Manager["SubscriberHeartbeat"]):
             .update(deregistered_at=now_ms)
         )
 
+    def last_seen(self, topics: Sequence[str], using: str) -> dict[tuple[str, str], int]:
+        """Per (consumer group, topic), the newest heartbeat (epoch ms) of any of its
+        workers, stopped ones included (pruning keeps each group's newest row)."""
+        rows = (
+            self.using(using).filter(topic__in=list(topics))
+            .values_list("consumer_group", "topic").annotate(last=models.Max("heartbeat_at"))
+        )
+        return {(group, topic): int(last or 0) for group, topic, last in rows}
+
+    def prune(self, stopped_before_ms: int, using: str, limit: int = 1000) -> int:
+        """Delete rows of workers stopped (deregistered, or silent) before
+        ``stopped_before_ms``, except the newest row of each group and topic, which keeps
+        the group's last sign of life for retention. Returns the rows deleted."""
+        candidates = list(
+            self.using(using).filter(heartbeat_at__lt=stopped_before_ms)
+            .values_list("consumer_group", "topic", "subscriber_name", "heartbeat_at")[:limit]
+        )
+        if not candidates:
+            return 0
+        newest = self.last_seen(sorted({topic for _, topic, _, _ in candidates}), using)
+        doomed = [(group, topic, name) for group, topic, name, beat in candidates
+                  if beat < newest.get((group, topic), 0)]
+        deleted = 0
+        for group, topic, name in doomed:
+            deleted += self.using(using).filter(
+                consumer_group=group, topic=topic, subscriber_name=name,
+                heartbeat_at__lt=stopped_before_ms).delete()[0]
+        return deleted
+
     def groups_of(self, topics: Sequence[str], using: str) -> dict[str, list[str]]:
         """Every consumer group that has ever subscribed to each topic."""
         result: dict[str, list[str]] = {topic: [] for topic in topics}
@@ -72,6 +101,14 @@ class SubscriberHeartbeat(models.Model):
         db_table = "queue_subscriber_heartbeats"
         verbose_name = "subscriber heartbeat"
         verbose_name_plural = "subscriber heartbeats"
+        indexes = [
+            # Live workers per group of a topic (fair share, membership checks).
+            models.Index(fields=["topic", "deregistered_at", "heartbeat_at"],
+                         name="queue_hb_live"),
+            # A live worker under a name (start-up), and pruning by age.
+            models.Index(fields=["subscriber_name", "heartbeat_at"], name="queue_hb_name"),
+            models.Index(fields=["heartbeat_at"], name="queue_hb_age"),
+        ]
 
     def __str__(self) -> str:
         return f"{self.consumer_group}:{self.topic} {self.subscriber_name}"

@@ -85,6 +85,20 @@ class ConsumerOffsetManager(PartitionRowsManager):
         )
         return {r[0]: int(r[1]) for r in rows if int(r[2]) == len(groups) and int(r[1]) > 0}
 
+    def registered_groups(self, topics: Sequence[str], using: str
+                          ) -> dict[str, dict[str, int]]:
+        """Per topic, the consumer groups registered for it (they have watermark rows), each
+        with the last time one of its watermarks was written (epoch ms): workers create a
+        group's rows when they start, before they fetch anything."""
+        result: dict[str, dict[str, int]] = {topic: {} for topic in topics}
+        rows = (
+            self.using(using).filter(topic__in=list(topics))
+            .values_list("topic", "consumer_group").annotate(last=models.Max("updated_at"))
+        )
+        for topic, group, last in rows:
+            result[topic][group] = int(last or 0)
+        return result
+
     def unconsumed_counts(self, topic: str, groups: Sequence[str], using: str) -> dict[str, int]:
         """Per group, how many of the topic's sequenced messages lie above the group's
         watermark of their partition (0 where it has no watermark yet)."""

@@ -1,44 +1,86 @@
-"""Garbage collection: delete messages every consumer group has acked past."""
+"""Garbage collection: delete messages every registered consumer group has acked past.
+
+It runs in a thread of its own, on a connection of its own, so nothing it meets (a row an
+open transaction holds, a horizon that jumped a million rows) delays the worker's poll
+loop: leases are renewed and messages extended whatever GC does. Each run has a time
+budget, and each statement a lock timeout; what is left is collected on the next run.
+
+Which groups count: the *registered* ones, those with watermark rows for the topic
+(workers create them at start, before they fetch), and the worker's own. A group whose
+workers are all down still holds GC back; it stops doing so only when it is retired, by
+an operator (``manage.py sqlqueue forget``) or after ``GROUP_RETENTION`` with no heartbeat
+and no ack.
+"""
 
 from __future__ import annotations
 
 import logging
+import threading
+import time
 from collections.abc import Iterable
 
-from django.db import transaction
+from django.db import connections, transaction
 
+from ..db.errors import is_transient
 from ..models import ConsumerOffset, QueueMessage, SubscriberHeartbeat
 
 logger = logging.getLogger("django_sqlqueue.worker")
 
 GC_BATCH = 1000  # messages deleted per statement
+RUN_BUDGET = 2.0  # seconds of deleting per run, at most (one batch may overrun it)
+LOCK_TIMEOUT = 1  # seconds a GC statement waits for a row lock before giving up on it
+PRUNE_AFTER_MS = 3_600_000  # heartbeat rows of workers stopped this long ago are pruned
 
 
 def collect_garbage(
     topics: Iterable[str], known_groups: dict[str, set[str]], using: str,
-    collected: dict[tuple[str, str], int] | None = None,
+    collected: dict[tuple[str, str], int] | None = None, *,
+    retention: float | None = None, budget: float | None = None,
+    retired: set[tuple[str, str]] | None = None,
 ) -> int:
-    """Delete, per partition, the messages at or below the lowest watermark of all groups.
+    """Delete, per partition, the messages at or below the lowest watermark of the groups
+    that consume the topic; return how many.
 
-    A group counts if it ever registered a worker for the topic (or is configured here);
-    a partition that some such group has no watermark for yet is not collected, so a
-    group that is merely behind never loses messages. Dead-letter copies live in their
-    own topic and are kept until that topic's own consumers pass them.
-
-    ``collected`` remembers each partition's horizon from earlier calls, so partitions
-    whose horizon has not moved cost nothing.
+    A partition that some counted group has no watermark for yet is not collected, so a
+    group that is merely behind never loses messages. Dead-letter copies live in their own
+    topic and are kept until that topic's own consumers pass them. ``retention`` (seconds)
+    leaves out registered groups with neither a heartbeat nor an ack for that long
+    (``known_groups``, the caller's own, always count); ``retired`` collects the ones left
+    out, to log each once. ``collected`` remembers each partition's horizon from earlier
+    calls, so partitions whose horizon has not moved cost nothing. ``budget`` (seconds)
+    stops the run early; the rest waits for the next one.
     """
     collected = {} if collected is None else collected
+    deadline = None if budget is None else time.monotonic() + budget
     deleted = 0
     topics = list(topics)
-    registered = SubscriberHeartbeat.objects.groups_of(topics, using)
+    registered = ConsumerOffset.objects.registered_groups(topics, using)
+    seen = SubscriberHeartbeat.objects.last_seen(topics, using) if retention else {}
+    now_ms = int(time.time() * 1000)  # this host's clock: fine for a retention of days
     for topic in topics:
-        groups = sorted(set(registered.get(topic, [])) | known_groups.get(topic, set()))
-        horizons = ConsumerOffset.objects.gc_horizons(topic, groups, using)
+        groups = set(known_groups.get(topic, set()))
+        for group, last_ack in registered.get(topic, {}).items():
+            last = max(last_ack, seen.get((group, topic), 0))
+            if retention is not None and retention and last < now_ms - retention * 1000 \
+                    and group not in groups:
+                if retired is not None and (group, topic) not in retired:
+                    retired.add((group, topic))
+                    logger.warning(
+                        "consumer group %s of topic %s has had no worker and no ack for over "
+                        "%.0f s (GROUP_RETENTION): it no longer holds back garbage "
+                        "collection; its messages may be deleted before it reads them",
+                        group, topic, retention)
+                continue
+            groups.add(group)
+        horizons = ConsumerOffset.objects.gc_horizons(topic, sorted(groups), using)
         for partition, horizon in horizons.items():
             if collected.get((topic, partition), 0) >= horizon:
                 continue
+            done = True
             while True:
+                if deadline is not None and time.monotonic() > deadline:
+                    done = False
+                    break
                 offsets = QueueMessage.objects.collectable_offsets(topic, partition, horizon,
                                                                    GC_BATCH, using)
                 if not offsets:
@@ -47,7 +89,76 @@ def collect_garbage(
                     deleted += QueueMessage.objects.delete_offsets(offsets, using)
                 if len(offsets) < GC_BATCH:
                     break
+            if not done:
+                break
             collected[(topic, partition)] = horizon
     if deleted:
         logger.info("gc deleted=%s topics=%s", deleted, ",".join(topics))
     return deleted
+
+
+class GarbageCollector:
+    """Runs :func:`collect_garbage` every ``interval`` seconds in a thread of its own, and
+    prunes the heartbeat rows of workers that stopped long ago."""
+
+    def __init__(self, topics: list[str], known_groups: dict[str, set[str]], using: str,
+                 interval: float, retention: float | None) -> None:
+        self.topics = topics
+        self.known_groups = known_groups
+        self.using = using
+        self.interval = interval
+        self.retention = retention
+        self._collected: dict[tuple[str, str], int] = {}
+        self._retired: set[tuple[str, str]] = set()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name="sqlqueue-gc", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self, timeout: float = 5.0) -> None:
+        """Ask the thread to stop and wait for it, at most ``timeout`` seconds (a run
+        in progress ends within its budget and lock timeout)."""
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join(timeout)
+
+    def _loop(self) -> None:
+        try:
+            while not self._stop.wait(self.interval):
+                self.run_once()
+        finally:
+            connections[self.using].close()
+
+    def run_once(self) -> int:
+        try:
+            _bound_lock_waits(self.using)
+            deleted = collect_garbage(
+                self.topics, self.known_groups, self.using, self._collected,
+                retention=self.retention, budget=RUN_BUDGET, retired=self._retired)
+            SubscriberHeartbeat.objects.prune(int(time.time() * 1000) - PRUNE_AFTER_MS,
+                                              self.using)
+            return deleted
+        except Exception as exc:  # noqa: BLE001 - GC must never stop the worker
+            if is_transient(exc):
+                # A row held by another transaction, say: collected on a later run.
+                logger.info("gc postponed: %s: %s", type(exc).__name__,
+                            " ".join(str(exc).split())[:200])
+            else:
+                logger.error("gc failed: %s: %s", type(exc).__name__, exc, exc_info=exc)
+                connections[self.using].close()
+            return 0
+
+
+def _bound_lock_waits(using: str) -> None:
+    """Make this thread's GC statements give up on a locked row after LOCK_TIMEOUT."""
+    connection = connections[using]
+    connection.ensure_connection()
+    if getattr(connection, "_sqlqueue_gc_bounded", None) is connection.connection:
+        return
+    with connection.cursor() as cursor:
+        if connection.vendor == "mysql":
+            cursor.execute(f"SET SESSION innodb_lock_wait_timeout = {LOCK_TIMEOUT}")
+        elif connection.vendor == "postgresql":
+            cursor.execute(f"SET lock_timeout = '{LOCK_TIMEOUT}s'")
+    connection._sqlqueue_gc_bounded = connection.connection  # type: ignore[attr-defined]

@@ -75,9 +75,13 @@ class Leasing:
                 ConsumerOffset.objects.delete_other_partitions(topic, keep, self.using)
         for subscription in self.subscriptions:
             if subscription.topic in changed:
+                names = partition_names(changed[subscription.topic])
                 PartitionLease.objects.ensure_partitions(
-                    subscription.group, subscription.topic,
-                    partition_names(changed[subscription.topic]), self.using)
+                    subscription.group, subscription.topic, names, self.using)
+                # Registers the group before anything is fetched: from now on GC keeps
+                # every message of the topic until the group has acked it.
+                ConsumerOffset.objects.ensure(subscription.group, subscription.topic, names,
+                                              self.using)
         self.counts.update(changed)
 
     def maintain(self, now_ms: int, acquire: bool = True) -> None:

@@ -22,7 +22,7 @@ from ..models.fields import SUBSCRIBER_NAME_LENGTH
 from ..sequencing import SEQUENCE_BATCH, sequence_batch
 from . import announce, attention
 from .clock import DatabaseClock
-from .collector import collect_garbage
+from .collector import GarbageCollector
 from .cycle import CycleResult, PollCycle
 from .dispatcher import Dispatcher
 from .extension import Extensions, extender
@@ -90,11 +90,10 @@ class Worker:
         for s in subscriptions:
             self.groups_by_topic.setdefault(s.topic, set()).add(s.group)
         self._pending: list[Outcome] = []
-        self._collected: dict[tuple[str, str], int] = {}  # GC horizon already collected
         self._seen_head: int | None = None
         self._next_maintain = 0.0
         self._next_acquire = 0.0
-        self._next_gc = time.monotonic() + conf.gc_interval
+        self.collector: GarbageCollector | None = None
         self._name_deadline: float | None = None
         self.cycles = 0  # poll cycles run, and the longest one (seconds), logged at stop
         self.longest_cycle = 0.0
@@ -119,6 +118,11 @@ class Worker:
                 self.wake.wait(self.faults_delay if delay is None else delay)
             if self._seen_head is None:
                 return self.exit_code  # stopped (or refused) before it started: nothing to undo
+            if self.conf.gc_interval:
+                self.collector = GarbageCollector(self.topics, self.groups_by_topic, self.using,
+                                                  self.conf.gc_interval,
+                                                  self.conf.group_retention)
+                self.collector.start()
             while not self.stopping.is_set():
                 started = time.monotonic()
                 delay = self._step("poll", self._tick)
@@ -131,6 +135,8 @@ class Worker:
                     self.wake.wait(delay)
                     self.wake.clear()
             self._shutdown()
+            if self.collector is not None:
+                self.collector.stop()
         self.session.release()
         logger.info("worker stopped name=%s cycles=%s longest_cycle_ms=%.0f", self.name,
                     self.cycles, self.longest_cycle * 1000)
@@ -228,9 +234,6 @@ class Worker:
             delivered = len(result.deliveries)
         pending_idents = {o.partition.ident for o in self._pending}
         self.leasing.release_drained(pending_idents)
-        if self.conf.gc_interval and now >= self._next_gc:
-            collect_garbage(self.topics, self.groups_by_topic, self.using, self._collected)
-            self._next_gc = now + self.conf.gc_interval
         if self.burst and not self.stopping.is_set() and self._burst_done(delivered, pending):
             logger.info("burst finished: nothing deliverable name=%s", self.name)
             self.stop()

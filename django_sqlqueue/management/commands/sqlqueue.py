@@ -16,12 +16,14 @@ from django.db import connections
 
 from django_sqlqueue.conf import MAX_PARTITIONS
 from django_sqlqueue.exceptions import TopicNotDrained
+from django_sqlqueue.groups import GroupInUse, UnknownGroup, forget_group
 from django_sqlqueue.repartition import repartition
 
 USAGE_ERROR = 2  # exit status for bad input and refused operations
 
 SUBCOMMANDS = {
     "repartition": "Change a drained topic's partition count.",
+    "forget": "Retire a consumer group: delete its state so it no longer holds back GC.",
 }
 
 
@@ -90,3 +92,24 @@ class Command(BaseCommand):
             line = (f"topic {topic!r}: {result.old_partitions} -> {result.new_partitions} "
                     f"partitions; deleted {result.deleted_messages} consumed messages")
         self.stdout.write(line)
+
+    # ----------------------------------------------------------------- forget
+
+    def add_forget_arguments(self, parser: ArgumentParser) -> None:
+        parser.add_argument("--group", required=True, help="The consumer group to retire.")
+        parser.add_argument("--topic", default=None,
+                            help="Only this topic (default: every topic of the group).")
+
+    def handle_forget(self, options: dict[str, Any]) -> None:
+        group, topic = options["group"].strip(), options["topic"]
+        if not group or (topic is not None and not topic.strip()):
+            raise CommandError("--group and --topic must not be empty", returncode=USAGE_ERROR)
+        try:
+            done = forget_group(group, topic, using=options["database"])
+        except (GroupInUse, UnknownGroup) as exc:
+            raise CommandError(str(exc), returncode=USAGE_ERROR) from exc
+        self.stdout.write(
+            f"forgot consumer group {done.group!r} on {', '.join(map(repr, done.topics))}: "
+            f"{done.watermarks} watermark(s), {done.deliveries} delivery row(s), "
+            f"{done.leases} lease(s), {done.heartbeats} heartbeat(s) deleted"
+        )
