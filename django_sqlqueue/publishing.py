@@ -29,6 +29,9 @@ _MESSAGE_FIELDS = frozenset({"payload", "key", "id", "headers", "delay"})
 # One encoder for every call: json.dumps(cls=...) would build a new one each time.
 _PAYLOAD_ENCODER = DjangoJSONEncoder(separators=(",", ":"), allow_nan=False)
 _HEADERS_ENCODER = json.JSONEncoder(separators=(",", ":"))
+# deliver_at (epoch ms) must stay a BIGINT and a datetime: refuse longer delays up front,
+# since MySQL's INSERT IGNORE would clip an out-of-range value instead of failing.
+MAX_DELAY = timedelta(days=365_250)  # 1,000 years
 
 
 class StoredMessage:
@@ -205,7 +208,8 @@ def _build_row(
         raise InvalidMessage(f"key must be a str, got {type(key).__name__}")
     if len(key) > KEY_LENGTH:
         raise InvalidMessage(f"key is {len(key)} characters long; the limit is {KEY_LENGTH}")
-    if message_id is None:
+    id_given = message_id is not None
+    if not id_given:
         message_id = uuid.uuid4().hex
     elif not isinstance(message_id, str):
         raise InvalidMessage(f"id must be a str, got {type(message_id).__name__}")
@@ -217,7 +221,7 @@ def _build_row(
     headers_json = (
         "{}" if headers is None else _HEADERS_ENCODER.encode(_validate_headers(headers))
     )
-    return NewRow(topic, key, message_id, payload_json, headers_json, _delay_ms(delay))
+    return NewRow(topic, key, message_id, payload_json, headers_json, _delay_ms(delay), id_given)
 
 
 def _encode_payload(payload: Any, max_bytes: int) -> str:
@@ -265,4 +269,6 @@ def _delay_ms(delay: Any) -> int:
         raise InvalidMessage(f"delay must be a finite number of seconds, got {delay!r}")
     if seconds < 0:
         raise InvalidMessage(f"delay must not be negative, got {seconds} seconds")
+    if seconds > MAX_DELAY.total_seconds():
+        raise InvalidMessage(f"delay must be at most {MAX_DELAY.days} days, got {seconds} seconds")
     return round(seconds * 1000)

@@ -613,6 +613,24 @@ def test_infinite_delay_is_rejected():
     reject("delay must be a finite number of seconds", delay=float("inf"))
 
 
+@pytest.mark.parametrize(
+    "seconds",
+    [
+        pytest.param(1e12, id="past-the-year-9999"),
+        pytest.param(1e17, id="past-bigint"),
+    ],
+)
+def test_delay_over_1000_years_is_rejected(seconds):
+    # deliver_at would be no datetime, or no BIGINT (which MySQL's INSERT IGNORE clips).
+    reject("delay must be at most 365250 days", delay=seconds)
+
+
+def test_delay_of_1000_years_is_accepted():
+    message = sqlqueue.publish("orders", {}, delay=timedelta(days=365_250))
+
+    assert abs(message.deliver_at - message.published_at - timedelta(days=365_250)) <= MS
+
+
 def test_headers_that_are_not_a_dict_are_rejected():
     reject("headers must be a dict of str to str, got list", headers=[("a", "b")])
 
@@ -664,6 +682,50 @@ def test_publish_many_message_that_is_not_a_dict_is_rejected():
 
 def test_publish_many_with_an_invalid_topic_is_rejected():
     reject_many("topic must not be empty", [{"payload": 1}], topic="")
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "match"),
+    [
+        pytest.param("key", "k" * 256, "key is 256 characters long", id="key"),
+        pytest.param("id", "i" * 129, "id is 129 characters long", id="id"),
+    ],
+)
+def test_publish_many_with_an_over_long_value_writes_nothing(field, value, match):
+    # MySQL's INSERT IGNORE would truncate it: it must be refused before the INSERT, even
+    # in a batch with a duplicate and a new message.
+    QueueMessageFactory(topic="orders", message_key="k", message_id="known")
+    messages = [{"payload": 1, "key": "k", "id": "known"}, {"payload": 2},
+                {"payload": 3, field: value}]
+
+    with pytest.raises(sqlqueue.InvalidMessage, match=match):
+        sqlqueue.publish_many("orders", messages)
+
+    assert message_count() == 1
+
+
+def deeply_nested(levels: int) -> list:
+    value: list = []
+    for _ in range(levels - 1):
+        value = [value]
+    return value
+
+
+def test_a_payload_the_database_refuses_raises_invalid_message_and_writes_nothing():
+    # MariaDB's JSON check (json_valid) refuses nesting over 31 levels; INSERT IGNORE would
+    # drop the row with a warning instead of failing.
+    if connection.vendor != "mysql" or not connection.mysql_is_mariadb:
+        pytest.skip("only MariaDB limits the nesting of JSON")
+
+    reject("the database refused the message: .*CONSTRAINT", payload=deeply_nested(40))
+
+
+def test_publish_many_with_a_payload_the_database_refuses_writes_nothing():
+    if connection.vendor != "mysql" or not connection.mysql_is_mariadb:
+        pytest.skip("only MariaDB limits the nesting of JSON")
+
+    reject_many("the database refused the message",
+                [{"payload": 1}, {"payload": deeply_nested(40)}, {"payload": 3}])
 
 
 def test_publish_many_of_nothing_returns_an_empty_list_and_writes_nothing():

@@ -39,6 +39,19 @@ def supports_returning(connection: BaseDatabaseWrapper) -> bool:
     return True
 
 
+def duplicate_check_locks(connection: BaseDatabaseWrapper) -> bool:
+    """Whether an INSERT that skips duplicates locks the stored row it collides with.
+
+    InnoDB's duplicate-key check takes a shared lock on the stored row's unique-index
+    entry and holds it until the transaction ends: measured on MariaDB 10.11 at READ
+    COMMITTED, an ``INSERT IGNORE`` of a duplicate left open made a ``DELETE`` of the
+    stored row wait (the sequencer's locks, on other indexes, do not conflict with it).
+    PostgreSQL's ``ON CONFLICT DO NOTHING`` locks and writes nothing for a committed
+    duplicate; SQLite has no row locks.
+    """
+    return connection.vendor == "mysql"
+
+
 def skip_locked_sql(connection: BaseDatabaseWrapper) -> str:
     """Lock the selected rows but pass over rows other transactions hold.
 

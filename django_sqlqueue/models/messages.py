@@ -4,15 +4,20 @@ from collections.abc import Sequence
 from typing import Any, NamedTuple
 
 from django.core.serializers.json import DjangoJSONEncoder
-from django.db import connections, models
+from django.db import IntegrityError, connections, models
 
 from ..db import sql as sqlb
 from ..db import vendor
+from ..exceptions import InvalidMessage
 from .fields import ERROR_LENGTH, GROUP_LENGTH, ID_LENGTH, KEY_LENGTH, TOPIC_LENGTH
 
 
 class NewRow(NamedTuple):
-    """A validated message on its way into the log."""
+    """A validated message on its way into the log.
+
+    ``id_given`` is False for an id generated at publish (a new UUID), which cannot be in
+    the log already.
+    """
 
     topic: str
     key: str
@@ -20,6 +25,7 @@ class NewRow(NamedTuple):
     payload_json: str
     headers_json: str
     delay_ms: int
+    id_given: bool = True
 
 
 class MessageRow(NamedTuple):
@@ -52,6 +58,8 @@ _INSERT_COLUMNS = (
     "consumer_group", "created_at", "published_at", "deliver_at",
 )
 IDEMPOTENCY_COLUMNS = ("topic", "message_key", "id")
+_MYSQL_DUPLICATE_KEY = 1062  # the warning INSERT IGNORE gives for a skipped duplicate
+_MYSQL_CHECK_FAILED = 4025  # a CHECK constraint refused a row (MariaDB)
 
 
 def message_row(values: Sequence[Any]) -> MessageRow:
@@ -80,14 +88,16 @@ def _insert_sql(connection: Any, rows: int, returning: bool) -> str:
             f"(%s, %s, '', %s, {json_param}, {json_param}, 0, 0, '', '', 0, '', {now}, {now}, "
             f"{now} + %s)"
         )
-        # A duplicate (topic, key, id) keeps the stored row: the no-op update (rather than
-        # DO NOTHING / INSERT IGNORE) makes RETURNING yield the stored row for duplicates
-        # too, and MySQL's INSERT IGNORE would also silence data errors such as truncation.
+        # A duplicate (topic, key, id) is skipped, not updated: an upsert's no-op UPDATE
+        # would lock the stored row (and on PostgreSQL write a new version of it), and the
+        # sequencer, which skips locked rows, would then position later messages of its
+        # key first. Skipped rows are not returned; insert_rows reads them back. On MySQL
+        # this is INSERT IGNORE, which also turns data errors into warnings: publishing
+        # validates every value first, and insert_rows refuses a row the server dropped.
+        prefix, suffix = sqlb.insert_ignore(connection, IDEMPOTENCY_COLUMNS)
         sql = (
-            f"INSERT INTO {q('queue_messages')} ({', '.join(q(c) for c in _INSERT_COLUMNS)}) "
-            f"VALUES {', '.join([row_sql] * rows)}"
-            + sqlb.on_conflict_update(connection, "queue_messages", IDEMPOTENCY_COLUMNS,
-                                      {"topic": "{old}"})
+            f"{prefix} {q('queue_messages')} ({', '.join(q(c) for c in _INSERT_COLUMNS)}) "
+            f"VALUES {', '.join([row_sql] * rows)}{suffix}"
         )
         if returning:
             sql += f" RETURNING {select_columns(connection)}"
@@ -107,26 +117,56 @@ class QueueMessageManager(models.Manager["QueueMessage"]):
     """
 
     def insert_rows(self, rows: Sequence[NewRow], using: str) -> dict[tuple[str, str, str], MessageRow]:
-        """Append rows in one multi-row INSERT; duplicates of (topic, key, id) keep the stored row.
+        """Append rows in one multi-row INSERT; a (topic, key, id) already stored keeps its row.
 
         ``rows`` must not repeat a (topic, key, id). Returns the stored rows by
-        (topic, key, id), whether new or already there. Times come from the database
+        (topic, key, id), whether new or already there. A duplicate is neither locked nor
+        rewritten when the stored row committed before this transaction's snapshot (see
+        docs/data-model.md, "Publishing the same id again"). Times come from the database
         clock, so a publisher's wrong clock cannot make a delayed message due early.
         """
         connection = connections[using]
-        returning = vendor.supports_returning(connection)
-        sql = _insert_sql(connection, len(rows), returning)
-        params: list[Any] = [value for row in rows for value in row]
-        with connection.cursor() as cursor:
-            cursor.execute(sql, params)
-            if returning:
-                stored = {(r.topic, r.key, r.id): r for r in map(message_row, cursor.fetchall())}
-                if len(stored) == len(rows):
+        stored: dict[tuple[str, str, str], MessageRow] = {}
+        if vendor.duplicate_check_locks(connection):
+            # InnoDB's duplicate-key check share-locks the stored row's unique-index entry
+            # until this transaction ends, which would hold up GC deleting that row. So rows
+            # that may be stored already are looked up first, with a plain read.
+            stored = self._read_back(connection, [row for row in rows if row.id_given])
+            if stored:
+                rows = [row for row in rows if (row.topic, row.key, row.id) not in stored]
+                if not rows:
                     return stored
-        # No RETURNING (Oracle MySQL), or a backend that returned fewer rows: read back with
-        # a locking read, which sees rows a concurrent publisher committed after this
-        # transaction's snapshot was taken.
-        return self._read_back(connection, rows)
+        returning = vendor.supports_returning(connection)
+        with connection.cursor() as cursor:
+            try:
+                cursor.execute(_insert_sql(connection, len(rows), returning),
+                               [value for row in rows for value in row[:6]])
+            except IntegrityError as exc:
+                # A one-row INSERT IGNORE still fails a CHECK constraint (MariaDB's JSON
+                # check); MySQL rolls back just the statement, so the transaction goes on.
+                if connection.vendor == "mysql" and exc.args[:1] == (_MYSQL_CHECK_FAILED,):
+                    raise InvalidMessage(
+                        f"the database refused the message: {exc.args[1]}") from exc
+                raise
+            if returning:
+                inserted = {(r.topic, r.key, r.id): r for r in map(message_row, cursor.fetchall())}
+                stored.update(inserted)
+                written = len(inserted)
+            else:
+                written = cursor.rowcount
+            if written < len(rows):
+                _refuse_dropped_rows(connection, cursor)
+        if returning and written == len(rows):
+            return stored
+        # Rows skipped as duplicates, or not returned (Oracle MySQL has no RETURNING). The
+        # stored rows committed before this statement ran (it waited for any that were in
+        # flight), so a plain read sees them; unless this transaction reads an older
+        # snapshot (REPEATABLE READ), and then a locking read, which sees the latest rows.
+        missing = [row for row in rows if (row.topic, row.key, row.id) not in stored]
+        stored.update(self._read_back(connection, missing))
+        missing = [row for row in missing if (row.topic, row.key, row.id) not in stored]
+        stored.update(self._read_back(connection, missing, locking=True))
+        return stored
 
     # ----------------------------------------------------------------- sequencing
 
@@ -294,18 +334,40 @@ class QueueMessageManager(models.Manager["QueueMessage"]):
         )]
 
     def _read_back(
-        self, connection: Any, rows: Sequence[NewRow]
+        self, connection: Any, rows: Sequence[NewRow], locking: bool = False
     ) -> dict[tuple[str, str, str], MessageRow]:
+        """The stored rows of ``rows``' (topic, key, id), by those; a plain read unless
+        ``locking``."""
+        if not rows:
+            return {}
         q = sqlb.quoter(connection)
         keys = [(row.topic, row.key, row.id) for row in rows]
         sql = (
             f"SELECT {select_columns(connection)} FROM {q('queue_messages')} "
             f"WHERE ({', '.join(q(c) for c in IDEMPOTENCY_COLUMNS)}) IN "
-            f"({sqlb.row_values(len(keys), 3)})" + vendor.for_share_sql(connection)
+            f"({sqlb.row_values(len(keys), 3)})"
         )
+        if locking:
+            sql += vendor.for_share_sql(connection)
         with connection.cursor() as cursor:
             cursor.execute(sql, [v for key in keys for v in key])
             return {(r.topic, r.key, r.id): r for r in map(message_row, cursor.fetchall())}
+
+
+def _refuse_dropped_rows(connection: Any, cursor: Any) -> None:
+    """Raise InvalidMessage if MySQL's INSERT IGNORE dropped a row for an error.
+
+    Duplicates are skipped with warning 1062 and read back. Any other warning means a row
+    the server refused (a payload nested deeper than MariaDB's JSON check allows, say) was
+    skipped instead of raising: publishing must not lose it silently.
+    """
+    if connection.vendor != "mysql":
+        return
+    cursor.execute("SHOW WARNINGS")
+    reasons = [message for _level, code, message in cursor.fetchall()
+               if int(code) != _MYSQL_DUPLICATE_KEY]
+    if reasons:
+        raise InvalidMessage(f"the database refused the message: {'; '.join(reasons)}")
 
 
 class QueueMessage(models.Model):
