@@ -16,6 +16,7 @@ from django_sqlqueue.db import vendor
 from django_sqlqueue.models import QueueMessage
 from tests.factories import QueueMessageFactory
 from tests.helpers import in_other_connection, message_count, now_ms
+from tests.testapp.models import Handled
 
 pytestmark = pytest.mark.django_db
 
@@ -641,6 +642,88 @@ def test_header_value_that_is_not_a_str_is_rejected():
 
 def test_header_name_that_is_not_a_str_is_rejected():
     reject("header names must be str, got int 1", headers={1: "one"})
+
+
+# --------------------------------------------------------------------------- unstorable text
+#
+# No database stores NUL (PostgreSQL refuses it) or a lone UTF-16 surrogate (not a
+# character; a filename decoded with "surrogateescape" has them), wherever they are.
+
+UNSTORABLE = [
+    pytest.param("\x00", "a NUL character", id="nul"),
+    pytest.param("\udc80", "a lone surrogate", id="lone-low-surrogate"),
+    pytest.param("\ud83d", "a lone surrogate", id="lone-high-surrogate"),
+]
+PLACES = [
+    pytest.param(lambda bad: {"payload": f"a{bad}b"}, "payload contains", id="payload"),
+    pytest.param(lambda bad: {"payload": {"files": [{"name": f"x{bad}.txt"}]}},
+                 re.escape("payload['files'][0]['name'] contains"), id="nested-value"),
+    pytest.param(lambda bad: {"payload": {"a": {f"k{bad}": 1}}},
+                 re.escape("payload['a'] key 'k"), id="nested-key"),
+    pytest.param(lambda bad: {"headers": {"h": f"v{bad}"}}, "header 'h' contains",
+                 id="header-value"),
+    pytest.param(lambda bad: {"headers": {f"h{bad}": "v"}}, "header name 'h", id="header-name"),
+    pytest.param(lambda bad: {"key": f"k{bad}"}, "key contains", id="key"),
+    pytest.param(lambda bad: {"id": f"i{bad}"}, "id contains", id="id"),
+]
+
+
+@pytest.mark.parametrize(("bad", "what"), UNSTORABLE)
+@pytest.mark.parametrize(("place", "where"), PLACES)
+def test_unstorable_text_is_refused_naming_where_it_is(bad, what, place, where):
+    error = reject(where, **{"payload": {}, **place(bad)})
+
+    assert what in str(error)
+
+
+@pytest.mark.parametrize(("bad", "what"), UNSTORABLE)
+def test_publish_many_refuses_unstorable_text_naming_the_message(bad, what):
+    reject_many(re.escape("messages[1]: payload['name'] contains ") + what,
+                [{"payload": 1}, {"payload": {"name": bad}}])
+
+
+@pytest.mark.django_db(transaction=True)
+def test_refused_unstorable_text_leaves_the_callers_transaction_usable():
+    with transaction.atomic():
+        sqlqueue.publish("orders", "before")
+        with pytest.raises(sqlqueue.InvalidMessage):
+            sqlqueue.publish("orders", "\x00")
+        for bad in ({"headers": {"h": "\udc80"}}, {"key": "\x00"}, {"id": "\udc80"}):
+            with pytest.raises(sqlqueue.InvalidMessage):
+                sqlqueue.publish("orders", "refused", **bad)
+        with pytest.raises(sqlqueue.InvalidMessage):
+            sqlqueue.publish_many("orders", [{"payload": "ok"}, {"payload": ["\udc80"]}])
+        sqlqueue.publish("orders", "after")
+        Handled.objects.create(group="g", topic="orders", key="", offset=0, message_id="m",
+                               attempt=1, pid=0, handled_at=0.0)
+
+    assert list(QueueMessage.objects.order_by("offset").values_list("payload", flat=True)) == [
+        "before", "after"
+    ]
+    assert Handled.objects.count() == 1
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        pytest.param("C:\\u0000", id="backslash-u0000"),
+        pytest.param("\\ud83d", id="backslash-ud83d"),
+        pytest.param("\\\U0001f600", id="backslash-then-emoji"),
+        pytest.param("\\\\u0000", id="two-backslashes-u0000"),
+        pytest.param("\U0001f600 \u00e9 \u6f22", id="emoji-and-accents"),
+    ],
+)
+def test_text_that_only_looks_like_an_unstorable_escape_is_stored(text):
+    message = sqlqueue.publish("orders", {text: text}, key=text, id=text, headers={text: text})
+
+    row = QueueMessage.objects.get(offset=message.offset)
+    assert row.payload == {text: text}
+    assert row.metadata == {text: text}
+    assert (row.message_key, row.message_id) == (text, text)
+
+
+def test_a_backslash_before_a_lone_surrogate_does_not_hide_it():
+    reject("payload contains a lone surrogate", payload="\\\udc80")
 
 
 # --------------------------------------------------------------------------- publish_many checks
