@@ -10,7 +10,7 @@ import json
 import math
 import re
 import uuid
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -33,6 +33,12 @@ _HEADERS_ENCODER = json.JSONEncoder(separators=(",", ":"))
 # deliver_at (epoch ms) must stay a BIGINT and a datetime: refuse longer delays up front,
 # since MySQL's INSERT IGNORE would clip an out-of-range value instead of failing.
 MAX_DELAY = timedelta(days=365_250)  # 1,000 years
+# Bytes of message data per INSERT in publish_many, besides PUBLISH_BATCH_SIZE rows.
+# MySQL sends a statement as one packet, values escaped into its text (at most twice
+# their size), and refuses one over max_allowed_packet: 16 MiB by default on MariaDB,
+# 64 MiB on MySQL 8. A message bigger than this goes in an INSERT of its own.
+PUBLISH_BATCH_BYTES = 4 * 1024 * 1024
+_ROW_OVERHEAD_BYTES = 512  # SQL text per row (the clock expressions) and quoting
 
 # Text no database stores: NUL (PostgreSQL refuses it in text and jsonb) and UTF-16
 # surrogates, which are not characters (a filename decoded with "surrogateescape" has
@@ -175,10 +181,26 @@ def publish_many(
     unique_rows = sorted(first.values(), key=lambda r: r.key)
     stored: dict[tuple[str, str, str], MessageRow] = {}
     with transaction.atomic(using=alias):
-        for start in range(0, len(unique_rows), conf.publish_batch_size):
-            batch = unique_rows[start:start + conf.publish_batch_size]
+        for batch in _batches(unique_rows, conf.publish_batch_size, PUBLISH_BATCH_BYTES):
             stored.update(QueueMessage.objects.insert_rows(batch, using=alias))
     return [StoredMessage.from_row(stored[(r.topic, r.key, r.id)]) for r in rows]
+
+
+def _batches(rows: list[NewRow], max_rows: int, max_bytes: int) -> Iterator[list[NewRow]]:
+    """Consecutive runs of ``rows`` of at most ``max_rows`` rows and about ``max_bytes``
+    bytes of data each; a row bigger than that alone."""
+    batch: list[NewRow] = []
+    size = 0
+    for row in rows:
+        row_size = (len(row.payload_json) + len(row.headers_json)  # ASCII JSON
+                    + 4 * (len(row.key) + len(row.id)) + _ROW_OVERHEAD_BYTES)
+        if batch and (len(batch) == max_rows or size + row_size > max_bytes):
+            yield batch
+            batch, size = [], 0
+        batch.append(row)
+        size += row_size
+    if batch:
+        yield batch
 
 
 def validate_topic(topic: Any) -> None:

@@ -862,6 +862,20 @@ def test_publish_many_over_the_batch_size_writes_every_message_in_order():
     assert all(stored[m.offset] == m.payload for m in messages)
 
 
+def test_publish_many_of_more_bytes_than_one_statement_may_carry_stores_every_message():
+    # 20 x 900 KB is 18 MB: over MariaDB's default max_allowed_packet (16 MiB) as one
+    # INSERT, so publish_many splits batches by bytes as well as by rows.
+    blob = "x" * 900_000
+    messages = sqlqueue.publish_many(
+        "orders", [{"payload": {"n": n, "blob": blob}, "key": "k"} for n in range(20)]
+    )
+
+    offsets = [message.offset for message in messages]
+    assert offsets == sorted(offsets)
+    stored = QueueMessage.objects.order_by("offset").values_list("payload", flat=True)
+    assert [(p["n"], len(p["blob"])) for p in stored] == [(n, 900_000) for n in range(20)]
+
+
 def test_publish_many_rolls_back_with_the_surrounding_transaction():
     with pytest.raises(RuntimeError), transaction.atomic():
         sqlqueue.publish_many("orders", [{"payload": n} for n in range(1200)])
