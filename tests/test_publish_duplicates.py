@@ -182,11 +182,12 @@ def test_a_duplicate_publish_leaves_the_stored_row_version_alone_on_postgresql()
 
 
 @pytest.mark.skipif(connection.vendor != "mysql", reason="REPEATABLE READ snapshots of InnoDB")
-def test_a_duplicate_in_a_snapshot_older_than_the_stored_row_still_gets_the_stored_row():
+def test_a_duplicate_in_a_snapshot_older_than_the_stored_row_gets_it_and_keeps_the_key_order():
     # The corner the docs describe: the caller's snapshot predates the stored row's commit,
-    # so only a locking read finds it (and the unique-key check share-locks it).
-    snapshot_taken = threading.Event()
-    original_committed = threading.Event()
+    # so its reads do not see the row. It still gets the stored row, and the order of the
+    # key holds while its transaction stays open (only GC waits for it).
+    snapshot_taken, created_committed = threading.Event(), threading.Event()
+    published, release = threading.Event(), threading.Event()
 
     def publish_in_an_old_snapshot() -> sqlqueue.StoredMessage:
         with connection.cursor() as cursor:
@@ -194,14 +195,27 @@ def test_a_duplicate_in_a_snapshot_older_than_the_stored_row_still_gets_the_stor
         with transaction.atomic():
             message_count()  # the transaction's snapshot is taken here
             snapshot_taken.set()
-            if not original_committed.wait(WAIT):
+            if not created_committed.wait(WAIT):
                 raise AssertionError("the original was never published")
-            return sqlqueue.publish("orders", {"v": "again"}, key="k", id="same")
+            message = sqlqueue.publish("keyed", "created again", key="order-7", id="created")
+            published.set()
+            if not release.wait(WAIT):
+                raise AssertionError("the test never released the open transaction")
+            return message
 
     thread = start_thread(publish_in_an_old_snapshot, name="old-snapshot")
-    assert snapshot_taken.wait(WAIT)
-    original = sqlqueue.publish("orders", {"v": "original"}, key="k", id="same")
-    original_committed.set()
+    try:
+        assert snapshot_taken.wait(WAIT)
+        created = sqlqueue.publish("keyed", "created", key="order-7", id="created")
+        created_committed.set()
+        assert published.wait(WAIT)
+        sqlqueue.publish("keyed", "paid", key="order-7", id="paid")
+        sequence_all()
+    finally:
+        created_committed.set()
+        release.set()
+    again = thread.outcome()
+    sequence_all()
 
-    assert thread.outcome() == original
-    assert message_count() == 1
+    assert again == created
+    assert ids_in_position_order("keyed") == ["created", "paid"]

@@ -160,12 +160,16 @@ class QueueMessageManager(models.Manager["QueueMessage"]):
             return stored
         # Rows skipped as duplicates, or not returned (Oracle MySQL has no RETURNING). The
         # stored rows committed before this statement ran (it waited for any that were in
-        # flight), so a plain read sees them; unless this transaction reads an older
-        # snapshot (REPEATABLE READ), and then a locking read, which sees the latest rows.
+        # flight), so a plain read sees them.
         missing = [row for row in rows if (row.topic, row.key, row.id) not in stored]
         stored.update(self._read_back(connection, missing))
         missing = [row for row in missing if (row.topic, row.key, row.id) not in stored]
-        stored.update(self._read_back(connection, missing, locking=True))
+        if missing:
+            # Unless this transaction reads a snapshot older than their commit (REPEATABLE
+            # READ on MySQL). A locking read would see them, but it would share-lock them,
+            # and the sequencer passes over locked rows: the key's later messages would be
+            # positioned first. A connection of its own sees them and locks nothing.
+            stored.update(self._read_back_latest(using, missing))
         return stored
 
     # ----------------------------------------------------------------- sequencing
@@ -334,10 +338,9 @@ class QueueMessageManager(models.Manager["QueueMessage"]):
         )]
 
     def _read_back(
-        self, connection: Any, rows: Sequence[NewRow], locking: bool = False
+        self, connection: Any, rows: Sequence[NewRow]
     ) -> dict[tuple[str, str, str], MessageRow]:
-        """The stored rows of ``rows``' (topic, key, id), by those; a plain read unless
-        ``locking``."""
+        """The stored rows with the (topic, key, id) of ``rows``, by those; a plain read."""
         if not rows:
             return {}
         q = sqlb.quoter(connection)
@@ -347,11 +350,20 @@ class QueueMessageManager(models.Manager["QueueMessage"]):
             f"WHERE ({', '.join(q(c) for c in IDEMPOTENCY_COLUMNS)}) IN "
             f"({sqlb.row_values(len(keys), 3)})"
         )
-        if locking:
-            sql += vendor.for_share_sql(connection)
         with connection.cursor() as cursor:
             cursor.execute(sql, [v for key in keys for v in key])
             return {(r.topic, r.key, r.id): r for r in map(message_row, cursor.fetchall())}
+
+    def _read_back_latest(
+        self, using: str, rows: Sequence[NewRow]
+    ) -> dict[tuple[str, str, str], MessageRow]:
+        """:meth:`_read_back` on a new connection in autocommit, which sees the latest
+        committed rows whatever the snapshot of this thread's transaction."""
+        connection = connections.create_connection(using)
+        try:
+            return self._read_back(connection, rows)
+        finally:
+            connection.close()
 
 
 def _refuse_dropped_rows(connection: Any, cursor: Any) -> None:
