@@ -794,13 +794,15 @@ def deeply_nested(levels: int) -> list:
     return value
 
 
-def test_a_payload_the_database_refuses_raises_invalid_message_and_writes_nothing():
+@pytest.mark.parametrize("message_id", [None, "deep"], ids=["generated-id", "given-id"])
+def test_a_payload_the_database_refuses_raises_invalid_message_and_writes_nothing(message_id):
     # MariaDB's JSON check (json_valid) refuses nesting over 31 levels; INSERT IGNORE would
     # drop the row with a warning instead of failing.
     if connection.vendor != "mysql" or not connection.mysql_is_mariadb:
         pytest.skip("only MariaDB limits the nesting of JSON")
 
-    reject("the database refused the message: .*CONSTRAINT", payload=deeply_nested(40))
+    reject("the database refused the message: .*CONSTRAINT", payload=deeply_nested(40),
+           id=message_id)
 
 
 def test_publish_many_with_a_payload_the_database_refuses_writes_nothing():

@@ -74,9 +74,13 @@ def select_columns(connection: Any, alias: str = "") -> str:
     return ", ".join(prefix + q(c) for c in MESSAGE_COLUMNS)
 
 
-def _insert_sql(connection: Any, rows: int, returning: bool) -> str:
-    """The publish INSERT for ``rows`` rows, built once per backend and row count."""
-    key = (connection.vendor, connection.alias, rows, returning)
+def _insert_sql(connection: Any, rows: int, returning: bool, unless_stored: bool = False) -> str:
+    """The publish INSERT for ``rows`` rows, built once per backend and shape.
+
+    ``unless_stored`` (one row): an ``INSERT … SELECT`` whose SELECT finds no row with the
+    row's (topic, key, id) first; its parameters are the row's, then those three again.
+    """
+    key = (connection.vendor, connection.alias, rows, returning, unless_stored)
     sql = _INSERT_SQL_CACHE.get(key)
     if sql is None:
         q = sqlb.quoter(connection)
@@ -85,9 +89,15 @@ def _insert_sql(connection: Any, rows: int, returning: bool) -> str:
         # partition_key stays '' until the sequencer gives the message its position and,
         # with the topic's recorded partition count, its partition.
         row_sql = (
-            f"(%s, %s, '', %s, {json_param}, {json_param}, 0, 0, '', '', 0, '', {now}, {now}, "
-            f"{now} + %s)"
+            f"%s, %s, '', %s, {json_param}, {json_param}, 0, 0, '', '', 0, '', {now}, {now}, "
+            f"{now} + %s"
         )
+        if unless_stored:
+            stored = " AND ".join(f"{q(column)} = %s" for column in IDEMPOTENCY_COLUMNS)
+            values = (f"SELECT {row_sql} FROM DUAL WHERE NOT EXISTS "
+                      f"(SELECT 1 FROM {q('queue_messages')} WHERE {stored})")
+        else:
+            values = "VALUES " + ", ".join([f"({row_sql})"] * rows)
         # A duplicate (topic, key, id) is skipped, not updated: an upsert's no-op UPDATE
         # would lock the stored row (and on PostgreSQL write a new version of it), and the
         # sequencer, which skips locked rows, would then position later messages of its
@@ -97,7 +107,7 @@ def _insert_sql(connection: Any, rows: int, returning: bool) -> str:
         prefix, suffix = sqlb.insert_ignore(connection, IDEMPOTENCY_COLUMNS)
         sql = (
             f"{prefix} {q('queue_messages')} ({', '.join(q(c) for c in _INSERT_COLUMNS)}) "
-            f"VALUES {', '.join([row_sql] * rows)}{suffix}"
+            f"{values}{suffix}"
         )
         if returning:
             sql += f" RETURNING {select_columns(connection)}"
@@ -106,7 +116,7 @@ def _insert_sql(connection: Any, rows: int, returning: bool) -> str:
     return sql
 
 
-_INSERT_SQL_CACHE: dict[tuple[str, str, int, bool], str] = {}
+_INSERT_SQL_CACHE: dict[tuple[str, str, int, bool, bool], str] = {}
 
 
 class QueueMessageManager(models.Manager["QueueMessage"]):
@@ -127,20 +137,28 @@ class QueueMessageManager(models.Manager["QueueMessage"]):
         """
         connection = connections[using]
         stored: dict[tuple[str, str, str], MessageRow] = {}
+        unless_stored = False
         if vendor.duplicate_check_locks(connection):
             # InnoDB's duplicate-key check share-locks the stored row's unique-index entry
             # until this transaction ends, which would hold up GC deleting that row. So rows
-            # that may be stored already are looked up first, with a plain read.
-            stored = self._read_back(connection, [row for row in rows if row.id_given])
-            if stored:
-                rows = [row for row in rows if (row.topic, row.key, row.id) not in stored]
-                if not rows:
-                    return stored
+            # that may be stored already (published with an id) are looked for first with a
+            # plain read: for one row in the INSERT itself where its SELECT reads without
+            # locks (one round trip, as publish() has), else by a SELECT before it.
+            if len(rows) == 1 and rows[0].id_given and vendor.insert_select_reads_unlocked(connection):
+                unless_stored = True
+            else:
+                stored = self._read_back(connection, [row for row in rows if row.id_given])
+                if stored:
+                    rows = [row for row in rows if (row.topic, row.key, row.id) not in stored]
+                    if not rows:
+                        return stored
         returning = vendor.supports_returning(connection)
+        params = [value for row in rows for value in row[:6]]
+        if unless_stored:
+            params += [rows[0].topic, rows[0].key, rows[0].id]
         with connection.cursor() as cursor:
             try:
-                cursor.execute(_insert_sql(connection, len(rows), returning),
-                               [value for row in rows for value in row[:6]])
+                cursor.execute(_insert_sql(connection, len(rows), returning, unless_stored), params)
             except IntegrityError as exc:
                 # A one-row INSERT IGNORE still fails a CHECK constraint (MariaDB's JSON
                 # check); MySQL rolls back just the statement, so the transaction goes on.
@@ -373,8 +391,8 @@ def _refuse_dropped_rows(connection: Any, cursor: Any) -> None:
     the server refused (a payload nested deeper than MariaDB's JSON check allows, say) was
     skipped instead of raising: publishing must not lose it silently.
     """
-    if connection.vendor != "mysql":
-        return
+    if connection.vendor != "mysql" or not connection.connection.warning_count():
+        return  # the count comes with the INSERT's reply: no round trip
     cursor.execute("SHOW WARNINGS")
     reasons = [message for _level, code, message in cursor.fetchall()
                if int(code) != _MYSQL_DUPLICATE_KEY]
