@@ -10,7 +10,7 @@ import json
 import math
 import re
 import uuid
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -26,9 +26,32 @@ from .rows import decode_json, epoch_ms_to_datetime
 
 TOPIC_RE = re.compile(r"^[A-Za-z0-9._-]+$")
 _MESSAGE_FIELDS = frozenset({"payload", "key", "id", "headers", "delay"})
-# One encoder for every call: json.dumps(cls=...) would build a new one each time.
+# One encoder for every call: json.dumps(cls=...) would build a new one each time. Both
+# escape every non-ASCII character (ensure_ascii), so the JSON text is ASCII.
 _PAYLOAD_ENCODER = DjangoJSONEncoder(separators=(",", ":"), allow_nan=False)
 _HEADERS_ENCODER = json.JSONEncoder(separators=(",", ":"))
+# deliver_at (epoch ms) must stay a BIGINT and a datetime: refuse longer delays up front,
+# since MySQL's INSERT IGNORE would clip an out-of-range value instead of failing.
+MAX_DELAY = timedelta(days=365_250)  # 1,000 years
+# Bytes of message data per INSERT in publish_many, besides PUBLISH_BATCH_SIZE rows.
+# MySQL sends a statement as one packet, values escaped into its text (at most twice
+# their size), and refuses one over max_allowed_packet: 16 MiB by default on MariaDB,
+# 64 MiB on MySQL 8. A message bigger than this goes in an INSERT of its own.
+PUBLISH_BATCH_BYTES = 4 * 1024 * 1024
+_ROW_OVERHEAD_BYTES = 512  # SQL text per row (the clock expressions) and quoting
+
+# Text no database stores: NUL (PostgreSQL refuses it in text and jsonb) and UTF-16
+# surrogates, which are not characters (a filename decoded with "surrogateescape" has
+# them). In JSON text from an ensure_ascii encoder they appear only as escapes, so a
+# substring test rules them out at C speed in the common case.
+_UNSTORABLE_CHAR = re.compile(r"[\x00\ud800-\udfff]")
+# The escapes to look at in JSON text: \u0000, a surrogate, and a pair of surrogates
+# that make one character (an emoji, which is fine). An escaped backslash ("\\", a
+# backslash in the user's text) is matched too, so that scanning stays aligned on escapes:
+# a backslash followed by "u0000" in the user's text is not mistaken for a NUL.
+_ESCAPE_TO_CHECK = re.compile(
+    r"\\(?:\\|u(0000|d[89ab][0-9a-f]{2}\\ud[c-f][0-9a-f]{2}|d[89a-f][0-9a-f]{2}))"
+)
 
 
 class StoredMessage:
@@ -158,10 +181,26 @@ def publish_many(
     unique_rows = sorted(first.values(), key=lambda r: r.key)
     stored: dict[tuple[str, str, str], MessageRow] = {}
     with transaction.atomic(using=alias):
-        for start in range(0, len(unique_rows), conf.publish_batch_size):
-            batch = unique_rows[start:start + conf.publish_batch_size]
+        for batch in _batches(unique_rows, conf.publish_batch_size, PUBLISH_BATCH_BYTES):
             stored.update(QueueMessage.objects.insert_rows(batch, using=alias))
     return [StoredMessage.from_row(stored[(r.topic, r.key, r.id)]) for r in rows]
+
+
+def _batches(rows: list[NewRow], max_rows: int, max_bytes: int) -> Iterator[list[NewRow]]:
+    """Consecutive runs of ``rows`` of at most ``max_rows`` rows and about ``max_bytes``
+    bytes of data each; a row bigger than that alone."""
+    batch: list[NewRow] = []
+    size = 0
+    for row in rows:
+        row_size = (len(row.payload_json) + len(row.headers_json)  # ASCII JSON
+                    + 4 * (len(row.key) + len(row.id)) + _ROW_OVERHEAD_BYTES)
+        if batch and (len(batch) == max_rows or size + row_size > max_bytes):
+            yield batch
+            batch, size = [], 0
+        batch.append(row)
+        size += row_size
+    if batch:
+        yield batch
 
 
 def validate_topic(topic: Any) -> None:
@@ -205,7 +244,10 @@ def _build_row(
         raise InvalidMessage(f"key must be a str, got {type(key).__name__}")
     if len(key) > KEY_LENGTH:
         raise InvalidMessage(f"key is {len(key)} characters long; the limit is {KEY_LENGTH}")
-    if message_id is None:
+    if key:
+        _check_storable("key", key)
+    id_given = message_id is not None
+    if not id_given:
         message_id = uuid.uuid4().hex
     elif not isinstance(message_id, str):
         raise InvalidMessage(f"id must be a str, got {type(message_id).__name__}")
@@ -213,11 +255,20 @@ def _build_row(
         raise InvalidMessage("id must not be empty (omit it to get a new UUID)")
     elif len(message_id) > ID_LENGTH:
         raise InvalidMessage(f"id is {len(message_id)} characters long; the limit is {ID_LENGTH}")
+    else:
+        _check_storable("id", message_id)
     payload_json = _encode_payload(payload, max_bytes)
-    headers_json = (
-        "{}" if headers is None else _HEADERS_ENCODER.encode(_validate_headers(headers))
-    )
-    return NewRow(topic, key, message_id, payload_json, headers_json, _delay_ms(delay))
+    headers_json = "{}" if headers is None else _encode_headers(headers)
+    return NewRow(topic, key, message_id, payload_json, headers_json, _delay_ms(delay), id_given)
+
+
+def _check_storable(field: str, text: str) -> None:
+    """Refuse a NUL or a surrogate in a key or id (plain text columns)."""
+    if text.isascii() and "\x00" not in text:
+        return
+    match = _UNSTORABLE_CHAR.search(text)
+    if match:
+        raise InvalidMessage(f"{field} contains {_describe(match.group())}, which cannot be stored")
 
 
 def _encode_payload(payload: Any, max_bytes: int) -> str:
@@ -227,17 +278,76 @@ def _encode_payload(payload: Any, max_bytes: int) -> str:
         raise InvalidMessage(f"payload is not JSON-serializable: {exc}") from exc
     except ValueError as exc:  # NaN/Infinity, or a circular reference
         raise InvalidMessage(f"payload is not valid JSON: {exc}") from exc
+    except RecursionError as exc:
+        raise InvalidMessage("payload is nested too deeply to encode as JSON") from exc
     size = len(text) if text.isascii() else len(text.encode("utf-8"))
     if size > max_bytes:
         raise InvalidMessage(
             f"payload is {size} bytes as JSON, over SQLQUEUE['MAX_PAYLOAD_BYTES'] = {max_bytes}"
         )
+    if "\\u0000" in text or "\\ud" in text:
+        unstorable = _unstorable_escape(text)
+        if unstorable is not None:
+            where = _path_to_unstorable(payload, "payload") or "payload"
+            raise InvalidMessage(f"{where} contains {unstorable}, which cannot be stored")
     return text
 
 
+def _encode_headers(headers: Any) -> str:
+    text = _HEADERS_ENCODER.encode(_validate_headers(headers))
+    if "\\u0000" in text or "\\ud" in text:
+        for name, value in headers.items():
+            for field, part in ((f"header name {name!r}", name), (f"header {name!r}", value)):
+                unstorable = _unstorable_in(part)
+                if unstorable is not None:
+                    raise InvalidMessage(f"{field} contains {unstorable}, which cannot be stored")
+    return text
+
+
+def _unstorable_escape(json_text: str) -> str | None:
+    """A description of the first NUL or unpaired surrogate escaped in ``json_text``."""
+    for match in _ESCAPE_TO_CHECK.finditer(json_text):
+        escape = match.group(1)
+        if escape is not None and len(escape) == 4:  # neither a backslash nor a pair
+            return _describe(chr(int(escape, 16)))
+    return None
+
+
+def _describe(char: str) -> str:
+    if char == "\x00":
+        return "a NUL character (\\u0000)"
+    return f"a lone surrogate (\\u{ord(char):04x})"
+
+
+def _unstorable_in(text: str) -> str | None:
+    """:func:`_unstorable_escape` of one string, encoded as publish encodes it."""
+    return _unstorable_escape(_HEADERS_ENCODER.encode(text))
+
+
+def _path_to_unstorable(value: Any, path: str) -> str | None:
+    """Where in the payload the first unstorable string is, as ``payload["a"][0]``.
+
+    Only called to explain an error: walking the payload is what the check on the JSON
+    text saves on every publish.
+    """
+    if isinstance(value, str):
+        return path if _unstorable_in(value) else None
+    if isinstance(value, Mapping):
+        for name, item in value.items():
+            if isinstance(name, str) and _unstorable_in(name):
+                return f"{path} key {name!r}"
+            found = _path_to_unstorable(item, f"{path}[{name!r}]")
+            if found:
+                return found
+    elif isinstance(value, list | tuple):
+        for index, item in enumerate(value):
+            found = _path_to_unstorable(item, f"{path}[{index}]")
+            if found:
+                return found
+    return None
+
+
 def _validate_headers(headers: Any) -> dict[str, str]:
-    if headers is None:
-        return {}
     if not isinstance(headers, Mapping):
         raise InvalidMessage(f"headers must be a dict of str to str, got {type(headers).__name__}")
     for name, value in headers.items():
@@ -265,4 +375,6 @@ def _delay_ms(delay: Any) -> int:
         raise InvalidMessage(f"delay must be a finite number of seconds, got {delay!r}")
     if seconds < 0:
         raise InvalidMessage(f"delay must not be negative, got {seconds} seconds")
+    if seconds > MAX_DELAY.total_seconds():
+        raise InvalidMessage(f"delay must be at most {MAX_DELAY.days} days, got {seconds} seconds")
     return round(seconds * 1000)

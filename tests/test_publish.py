@@ -16,6 +16,7 @@ from django_sqlqueue.db import vendor
 from django_sqlqueue.models import QueueMessage
 from tests.factories import QueueMessageFactory
 from tests.helpers import in_other_connection, message_count, now_ms
+from tests.testapp.models import Handled
 
 pytestmark = pytest.mark.django_db
 
@@ -613,6 +614,24 @@ def test_infinite_delay_is_rejected():
     reject("delay must be a finite number of seconds", delay=float("inf"))
 
 
+@pytest.mark.parametrize(
+    "seconds",
+    [
+        pytest.param(1e12, id="past-the-year-9999"),
+        pytest.param(1e17, id="past-bigint"),
+    ],
+)
+def test_delay_over_1000_years_is_rejected(seconds):
+    # deliver_at would be no datetime, or no BIGINT (which MySQL's INSERT IGNORE clips).
+    reject("delay must be at most 365250 days", delay=seconds)
+
+
+def test_delay_of_1000_years_is_accepted():
+    message = sqlqueue.publish("orders", {}, delay=timedelta(days=365_250))
+
+    assert abs(message.deliver_at - message.published_at - timedelta(days=365_250)) <= MS
+
+
 def test_headers_that_are_not_a_dict_are_rejected():
     reject("headers must be a dict of str to str, got list", headers=[("a", "b")])
 
@@ -623,6 +642,88 @@ def test_header_value_that_is_not_a_str_is_rejected():
 
 def test_header_name_that_is_not_a_str_is_rejected():
     reject("header names must be str, got int 1", headers={1: "one"})
+
+
+# --------------------------------------------------------------------------- unstorable text
+#
+# No database stores NUL (PostgreSQL refuses it) or a lone UTF-16 surrogate (not a
+# character; a filename decoded with "surrogateescape" has them), wherever they are.
+
+UNSTORABLE = [
+    pytest.param("\x00", "a NUL character", id="nul"),
+    pytest.param("\udc80", "a lone surrogate", id="lone-low-surrogate"),
+    pytest.param("\ud83d", "a lone surrogate", id="lone-high-surrogate"),
+]
+PLACES = [
+    pytest.param(lambda bad: {"payload": f"a{bad}b"}, "payload contains", id="payload"),
+    pytest.param(lambda bad: {"payload": {"files": [{"name": f"x{bad}.txt"}]}},
+                 re.escape("payload['files'][0]['name'] contains"), id="nested-value"),
+    pytest.param(lambda bad: {"payload": {"a": {f"k{bad}": 1}}},
+                 re.escape("payload['a'] key 'k"), id="nested-key"),
+    pytest.param(lambda bad: {"headers": {"h": f"v{bad}"}}, "header 'h' contains",
+                 id="header-value"),
+    pytest.param(lambda bad: {"headers": {f"h{bad}": "v"}}, "header name 'h", id="header-name"),
+    pytest.param(lambda bad: {"key": f"k{bad}"}, "key contains", id="key"),
+    pytest.param(lambda bad: {"id": f"i{bad}"}, "id contains", id="id"),
+]
+
+
+@pytest.mark.parametrize(("bad", "what"), UNSTORABLE)
+@pytest.mark.parametrize(("place", "where"), PLACES)
+def test_unstorable_text_is_refused_naming_where_it_is(bad, what, place, where):
+    error = reject(where, **{"payload": {}, **place(bad)})
+
+    assert what in str(error)
+
+
+@pytest.mark.parametrize(("bad", "what"), UNSTORABLE)
+def test_publish_many_refuses_unstorable_text_naming_the_message(bad, what):
+    reject_many(re.escape("messages[1]: payload['name'] contains ") + what,
+                [{"payload": 1}, {"payload": {"name": bad}}])
+
+
+@pytest.mark.django_db(transaction=True)
+def test_refused_unstorable_text_leaves_the_callers_transaction_usable():
+    with transaction.atomic():
+        sqlqueue.publish("orders", "before")
+        with pytest.raises(sqlqueue.InvalidMessage):
+            sqlqueue.publish("orders", "\x00")
+        for bad in ({"headers": {"h": "\udc80"}}, {"key": "\x00"}, {"id": "\udc80"}):
+            with pytest.raises(sqlqueue.InvalidMessage):
+                sqlqueue.publish("orders", "refused", **bad)
+        with pytest.raises(sqlqueue.InvalidMessage):
+            sqlqueue.publish_many("orders", [{"payload": "ok"}, {"payload": ["\udc80"]}])
+        sqlqueue.publish("orders", "after")
+        Handled.objects.create(group="g", topic="orders", key="", offset=0, message_id="m",
+                               attempt=1, pid=0, handled_at=0.0)
+
+    assert list(QueueMessage.objects.order_by("offset").values_list("payload", flat=True)) == [
+        "before", "after"
+    ]
+    assert Handled.objects.count() == 1
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        pytest.param("C:\\u0000", id="backslash-u0000"),
+        pytest.param("\\ud83d", id="backslash-ud83d"),
+        pytest.param("\\\U0001f600", id="backslash-then-emoji"),
+        pytest.param("\\\\u0000", id="two-backslashes-u0000"),
+        pytest.param("\U0001f600 \u00e9 \u6f22", id="emoji-and-accents"),
+    ],
+)
+def test_text_that_only_looks_like_an_unstorable_escape_is_stored(text):
+    message = sqlqueue.publish("orders", {text: text}, key=text, id=text, headers={text: text})
+
+    row = QueueMessage.objects.get(offset=message.offset)
+    assert row.payload == {text: text}
+    assert row.metadata == {text: text}
+    assert (row.message_key, row.message_id) == (text, text)
+
+
+def test_a_backslash_before_a_lone_surrogate_does_not_hide_it():
+    reject("payload contains a lone surrogate", payload="\\\udc80")
 
 
 # --------------------------------------------------------------------------- publish_many checks
@@ -664,6 +765,52 @@ def test_publish_many_message_that_is_not_a_dict_is_rejected():
 
 def test_publish_many_with_an_invalid_topic_is_rejected():
     reject_many("topic must not be empty", [{"payload": 1}], topic="")
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "match"),
+    [
+        pytest.param("key", "k" * 256, "key is 256 characters long", id="key"),
+        pytest.param("id", "i" * 129, "id is 129 characters long", id="id"),
+    ],
+)
+def test_publish_many_with_an_over_long_value_writes_nothing(field, value, match):
+    # MySQL's INSERT IGNORE would truncate it: it must be refused before the INSERT, even
+    # in a batch with a duplicate and a new message.
+    QueueMessageFactory(topic="orders", message_key="k", message_id="known")
+    messages = [{"payload": 1, "key": "k", "id": "known"}, {"payload": 2},
+                {"payload": 3, field: value}]
+
+    with pytest.raises(sqlqueue.InvalidMessage, match=match):
+        sqlqueue.publish_many("orders", messages)
+
+    assert message_count() == 1
+
+
+def deeply_nested(levels: int) -> list:
+    value: list = []
+    for _ in range(levels - 1):
+        value = [value]
+    return value
+
+
+@pytest.mark.parametrize("message_id", [None, "deep"], ids=["generated-id", "given-id"])
+def test_a_payload_the_database_refuses_raises_invalid_message_and_writes_nothing(message_id):
+    # MariaDB's JSON check (json_valid) refuses nesting over 31 levels; INSERT IGNORE would
+    # drop the row with a warning instead of failing.
+    if connection.vendor != "mysql" or not connection.mysql_is_mariadb:
+        pytest.skip("only MariaDB limits the nesting of JSON")
+
+    reject("the database refused the message: .*CONSTRAINT", payload=deeply_nested(40),
+           id=message_id)
+
+
+def test_publish_many_with_a_payload_the_database_refuses_writes_nothing():
+    if connection.vendor != "mysql" or not connection.mysql_is_mariadb:
+        pytest.skip("only MariaDB limits the nesting of JSON")
+
+    reject_many("the database refused the message",
+                [{"payload": 1}, {"payload": deeply_nested(40)}, {"payload": 3}])
 
 
 def test_publish_many_of_nothing_returns_an_empty_list_and_writes_nothing():
@@ -715,6 +862,20 @@ def test_publish_many_over_the_batch_size_writes_every_message_in_order():
     assert message_count(topic="orders") == count
     stored = dict(QueueMessage.objects.values_list("offset", "payload"))
     assert all(stored[m.offset] == m.payload for m in messages)
+
+
+def test_publish_many_of_more_bytes_than_one_statement_may_carry_stores_every_message():
+    # 20 x 900 KB is 18 MB: over MariaDB's default max_allowed_packet (16 MiB) as one
+    # INSERT, so publish_many splits batches by bytes as well as by rows.
+    blob = "x" * 900_000
+    messages = sqlqueue.publish_many(
+        "orders", [{"payload": {"n": n, "blob": blob}, "key": "k"} for n in range(20)]
+    )
+
+    offsets = [message.offset for message in messages]
+    assert offsets == sorted(offsets)
+    stored = QueueMessage.objects.order_by("offset").values_list("payload", flat=True)
+    assert [(p["n"], len(p["blob"])) for p in stored] == [(n, 900_000) for n in range(20)]
 
 
 def test_publish_many_rolls_back_with_the_surrounding_transaction():

@@ -4,15 +4,20 @@ from collections.abc import Sequence
 from typing import Any, NamedTuple
 
 from django.core.serializers.json import DjangoJSONEncoder
-from django.db import connections, models
+from django.db import IntegrityError, connections, models
 
 from ..db import sql as sqlb
 from ..db import vendor
+from ..exceptions import InvalidMessage
 from .fields import GROUP_LENGTH, ID_LENGTH, KEY_LENGTH, TOPIC_LENGTH, storable_error
 
 
 class NewRow(NamedTuple):
-    """A validated message on its way into the log."""
+    """A validated message on its way into the log.
+
+    ``id_given`` is False for an id generated at publish (a new UUID), which cannot be in
+    the log already.
+    """
 
     topic: str
     key: str
@@ -20,6 +25,7 @@ class NewRow(NamedTuple):
     payload_json: str
     headers_json: str
     delay_ms: int
+    id_given: bool = True
 
 
 class MessageRow(NamedTuple):
@@ -52,6 +58,8 @@ _INSERT_COLUMNS = (
     "consumer_group", "created_at", "published_at", "deliver_at",
 )
 IDEMPOTENCY_COLUMNS = ("topic", "message_key", "id")
+_MYSQL_DUPLICATE_KEY = 1062  # the warning INSERT IGNORE gives for a skipped duplicate
+_MYSQL_CHECK_FAILED = 4025  # a CHECK constraint refused a row (MariaDB)
 _DEAD_LETTER_COLUMNS = (*_INSERT_COLUMNS, "original_id")
 
 
@@ -79,9 +87,13 @@ def select_columns(connection: Any, alias: str = "") -> str:
     return ", ".join(prefix + q(c) for c in MESSAGE_COLUMNS)
 
 
-def _insert_sql(connection: Any, rows: int, returning: bool) -> str:
-    """The publish INSERT for ``rows`` rows, built once per backend and row count."""
-    key = (connection.vendor, connection.alias, rows, returning)
+def _insert_sql(connection: Any, rows: int, returning: bool, unless_stored: bool = False) -> str:
+    """The publish INSERT for ``rows`` rows, built once per backend and shape.
+
+    ``unless_stored`` (one row): an ``INSERT … SELECT`` whose SELECT finds no row with the
+    row's (topic, key, id) first; its parameters are the row's, then those three again.
+    """
+    key = (connection.vendor, connection.alias, rows, returning, unless_stored)
     sql = _INSERT_SQL_CACHE.get(key)
     if sql is None:
         q = sqlb.quoter(connection)
@@ -90,17 +102,25 @@ def _insert_sql(connection: Any, rows: int, returning: bool) -> str:
         # partition_key stays '' until the sequencer gives the message its position and,
         # with the topic's recorded partition count, its partition.
         row_sql = (
-            f"(%s, %s, '', %s, {json_param}, {json_param}, 0, 0, '', '', 0, '', {now}, {now}, "
-            f"{now} + %s)"
+            f"%s, %s, '', %s, {json_param}, {json_param}, 0, 0, '', '', 0, '', {now}, {now}, "
+            f"{now} + %s"
         )
-        # A duplicate (topic, key, id) keeps the stored row: the no-op update (rather than
-        # DO NOTHING / INSERT IGNORE) makes RETURNING yield the stored row for duplicates
-        # too, and MySQL's INSERT IGNORE would also silence data errors such as truncation.
+        if unless_stored:
+            stored = " AND ".join(f"{q(column)} = %s" for column in IDEMPOTENCY_COLUMNS)
+            values = (f"SELECT {row_sql} FROM DUAL WHERE NOT EXISTS "
+                      f"(SELECT 1 FROM {q('queue_messages')} WHERE {stored})")
+        else:
+            values = "VALUES " + ", ".join([f"({row_sql})"] * rows)
+        # A duplicate (topic, key, id) is skipped, not updated: an upsert's no-op UPDATE
+        # would lock the stored row (and on PostgreSQL write a new version of it), and the
+        # sequencer, which skips locked rows, would then position later messages of its
+        # key first. Skipped rows are not returned; insert_rows reads them back. On MySQL
+        # this is INSERT IGNORE, which also turns data errors into warnings: publishing
+        # validates every value first, and insert_rows refuses a row the server dropped.
+        prefix, suffix = sqlb.insert_ignore(connection, IDEMPOTENCY_COLUMNS)
         sql = (
-            f"INSERT INTO {q('queue_messages')} ({', '.join(q(c) for c in _INSERT_COLUMNS)}) "
-            f"VALUES {', '.join([row_sql] * rows)}"
-            + sqlb.on_conflict_update(connection, "queue_messages", IDEMPOTENCY_COLUMNS,
-                                      {"topic": "{old}"})
+            f"{prefix} {q('queue_messages')} ({', '.join(q(c) for c in _INSERT_COLUMNS)}) "
+            f"{values}{suffix}"
         )
         if returning:
             sql += f" RETURNING {select_columns(connection)}"
@@ -109,7 +129,7 @@ def _insert_sql(connection: Any, rows: int, returning: bool) -> str:
     return sql
 
 
-_INSERT_SQL_CACHE: dict[tuple[str, str, int, bool], str] = {}
+_INSERT_SQL_CACHE: dict[tuple[str, str, int, bool, bool], str] = {}
 
 
 class QueueMessageManager(models.Manager["QueueMessage"]):
@@ -120,26 +140,68 @@ class QueueMessageManager(models.Manager["QueueMessage"]):
     """
 
     def insert_rows(self, rows: Sequence[NewRow], using: str) -> dict[tuple[str, str, str], MessageRow]:
-        """Append rows in one multi-row INSERT; duplicates of (topic, key, id) keep the stored row.
+        """Append rows in one multi-row INSERT; a (topic, key, id) already stored keeps its row.
 
         ``rows`` must not repeat a (topic, key, id). Returns the stored rows by
-        (topic, key, id), whether new or already there. Times come from the database
+        (topic, key, id), whether new or already there. A duplicate is neither locked nor
+        rewritten when the stored row committed before this transaction's snapshot (see
+        docs/data-model.md, "Publishing the same id again"). Times come from the database
         clock, so a publisher's wrong clock cannot make a delayed message due early.
         """
         connection = connections[using]
+        stored: dict[tuple[str, str, str], MessageRow] = {}
+        unless_stored = False
+        if vendor.duplicate_check_locks(connection):
+            # InnoDB's duplicate-key check share-locks the stored row's unique-index entry
+            # until this transaction ends, which would hold up GC deleting that row. So rows
+            # that may be stored already (published with an id) are looked for first with a
+            # plain read: for one row in the INSERT itself where its SELECT reads without
+            # locks (one round trip, as publish() has), else by a SELECT before it.
+            if len(rows) == 1 and rows[0].id_given and vendor.insert_select_reads_unlocked(connection):
+                unless_stored = True
+            else:
+                stored = self._read_back(connection, [row for row in rows if row.id_given])
+                if stored:
+                    rows = [row for row in rows if (row.topic, row.key, row.id) not in stored]
+                    if not rows:
+                        return stored
         returning = vendor.supports_returning(connection)
-        sql = _insert_sql(connection, len(rows), returning)
-        params: list[Any] = [value for row in rows for value in row]
+        params = [value for row in rows for value in row[:6]]
+        if unless_stored:
+            params += [rows[0].topic, rows[0].key, rows[0].id]
         with connection.cursor() as cursor:
-            cursor.execute(sql, params)
+            try:
+                cursor.execute(_insert_sql(connection, len(rows), returning, unless_stored), params)
+            except IntegrityError as exc:
+                # A one-row INSERT IGNORE still fails a CHECK constraint (MariaDB's JSON
+                # check); MySQL rolls back just the statement, so the transaction goes on.
+                if connection.vendor == "mysql" and exc.args[:1] == (_MYSQL_CHECK_FAILED,):
+                    raise InvalidMessage(
+                        f"the database refused the message: {exc.args[1]}") from exc
+                raise
             if returning:
-                stored = {(r.topic, r.key, r.id): r for r in map(message_row, cursor.fetchall())}
-                if len(stored) == len(rows):
-                    return stored
-        # No RETURNING (Oracle MySQL), or a backend that returned fewer rows: read back with
-        # a locking read, which sees rows a concurrent publisher committed after this
-        # transaction's snapshot was taken.
-        return self._read_back(connection, rows)
+                inserted = {(r.topic, r.key, r.id): r for r in map(message_row, cursor.fetchall())}
+                stored.update(inserted)
+                written = len(inserted)
+            else:
+                written = cursor.rowcount
+            if written < len(rows):
+                _refuse_dropped_rows(connection, cursor)
+        if returning and written == len(rows):
+            return stored
+        # Rows skipped as duplicates, or not returned (Oracle MySQL has no RETURNING). The
+        # stored rows committed before this statement ran (it waited for any that were in
+        # flight), so a plain read sees them.
+        missing = [row for row in rows if (row.topic, row.key, row.id) not in stored]
+        stored.update(self._read_back(connection, missing))
+        missing = [row for row in missing if (row.topic, row.key, row.id) not in stored]
+        if missing:
+            # Unless this transaction reads a snapshot older than their commit (REPEATABLE
+            # READ on MySQL). A locking read would see them, but it would share-lock them,
+            # and the sequencer passes over locked rows: the key's later messages would be
+            # positioned first. A connection of its own sees them and locks nothing.
+            stored.update(self._read_back_latest(using, missing))
+        return stored
 
     # ----------------------------------------------------------------- sequencing
 
@@ -340,16 +402,46 @@ class QueueMessageManager(models.Manager["QueueMessage"]):
     def _read_back(
         self, connection: Any, rows: Sequence[NewRow]
     ) -> dict[tuple[str, str, str], MessageRow]:
+        """The stored rows with the (topic, key, id) of ``rows``, by those; a plain read."""
+        if not rows:
+            return {}
         q = sqlb.quoter(connection)
         keys = [(row.topic, row.key, row.id) for row in rows]
         sql = (
             f"SELECT {select_columns(connection)} FROM {q('queue_messages')} "
             f"WHERE ({', '.join(q(c) for c in IDEMPOTENCY_COLUMNS)}) IN "
-            f"({sqlb.row_values(len(keys), 3)})" + vendor.for_share_sql(connection)
+            f"({sqlb.row_values(len(keys), 3)})"
         )
         with connection.cursor() as cursor:
             cursor.execute(sql, [v for key in keys for v in key])
             return {(r.topic, r.key, r.id): r for r in map(message_row, cursor.fetchall())}
+
+    def _read_back_latest(
+        self, using: str, rows: Sequence[NewRow]
+    ) -> dict[tuple[str, str, str], MessageRow]:
+        """:meth:`_read_back` on a new connection in autocommit, which sees the latest
+        committed rows whatever the snapshot of this thread's transaction."""
+        connection = connections.create_connection(using)
+        try:
+            return self._read_back(connection, rows)
+        finally:
+            connection.close()
+
+
+def _refuse_dropped_rows(connection: Any, cursor: Any) -> None:
+    """Raise InvalidMessage if MySQL's INSERT IGNORE dropped a row for an error.
+
+    Duplicates are skipped with warning 1062 and read back. Any other warning means a row
+    the server refused (a payload nested deeper than MariaDB's JSON check allows, say) was
+    skipped instead of raising: publishing must not lose it silently.
+    """
+    if connection.vendor != "mysql" or not connection.connection.warning_count():
+        return  # the count comes with the INSERT's reply: no round trip
+    cursor.execute("SHOW WARNINGS")
+    reasons = [message for _level, code, message in cursor.fetchall()
+               if int(code) != _MYSQL_DUPLICATE_KEY]
+    if reasons:
+        raise InvalidMessage(f"the database refused the message: {'; '.join(reasons)}")
 
 
 class QueueMessage(models.Model):
