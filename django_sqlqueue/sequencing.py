@@ -1,5 +1,7 @@
-"""The sequencer: gives committed messages their consumable position, in commit order, and
-their partition.
+"""The sequencer: gives committed messages their consumable position and their partition.
+
+Positions follow commit order across sequencing batches and offset (insert) order within
+one batch; docs/data-model.md, "The order consumers see", states it exactly.
 
 Any worker may run it; the counter row's lock (taken with SKIP LOCKED) makes one of them
 do it at a time and lets the others carry on. See docs/data-model.md for why offsets

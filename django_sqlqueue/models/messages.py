@@ -455,8 +455,9 @@ class QueueMessage(models.Model):
       sequencer, with the topic's recorded partition count ('' until then).
     * ``position`` is the order consumers read in. ``offset`` is allocated at INSERT, but a
       publisher's transaction may commit after later offsets were read and acked (the
-      commit-order gap); positions are assigned by the sequencer only to committed rows,
-      in commit order. NULL means "committed recently, not yet sequenced".
+      commit-order gap); positions are assigned by the sequencer only to committed rows:
+      in commit order across sequencing batches, in offset order within one (see
+      docs/data-model.md). NULL means "committed recently, not yet sequenced".
     * ``deliver_at`` (epoch ms, database clock) is when a delayed message becomes due;
       immutable, set at publish.
     * ``consumer_group`` and ``original_offset`` are set on dead-letter copies only: which
