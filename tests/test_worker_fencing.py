@@ -136,13 +136,16 @@ def test_a_worker_frozen_inside_its_poll_transaction_loses_its_partitions_after_
     frozen = workers.start("frozen", "--topic", "spread", settings=FAST_LEASES)
     wait_until(lambda: Handled.objects.filter(topic="spread").count() >= 50,
                what="the worker busy", watch=[frozen])
-    # Freeze it until it is caught with a transaction open (a poll cycle, usually).
-    for _ in range(300):
+    # Freeze it until it is caught with a transaction open (a poll cycle, usually), keeping
+    # it busy meanwhile: an idle worker runs no cycles to be caught in.
+    for attempt in range(600):
         frozen.send(signal.SIGSTOP)
         time.sleep(0.05)
         if idle_transactions():
             break
         frozen.send(signal.SIGCONT)
+        if attempt % 10 == 9:
+            sqlqueue.publish_many("spread", [{"payload": {"n": n}} for n in range(300)])
         time.sleep(random.uniform(0.002, 0.03))
     else:
         pytest.fail("never caught the worker inside a transaction")
