@@ -307,9 +307,12 @@ def test_a_late_committing_publishers_message_is_delivered(workers):
 
 def test_a_delayed_message_is_not_delivered_early(workers):
     worker = workers.start("delay", "--group", "billing", "--topic", "orders")
-    delayed = sqlqueue.publish("orders", {"name": "delayed"}, key="d", delay=1.5)
+    # Started (and holding its partitions) first: on a loaded machine the start-up alone
+    # could outlast the delay.
+    wait_until(lambda: worker.leases(), what="the worker holding its partitions", watch=[worker])
+    delayed = sqlqueue.publish("orders", {"name": "delayed"}, key="d", delay=3)
     control = sqlqueue.publish("orders", {"name": "control"}, key="d")
-    assert (delayed.deliver_at - delayed.published_at).total_seconds() == pytest.approx(1.5, abs=0.01)
+    assert (delayed.deliver_at - delayed.published_at).total_seconds() == pytest.approx(3, abs=0.01)
 
     [control_run] = wait_until(
         lambda: list(Handled.objects.filter(offset=control.offset)),
