@@ -83,9 +83,11 @@ def repartition(topic: str, partitions: int, *, using: str = "default") -> Repar
 
 
 def _check_drained(topic: str, using: str) -> None:
-    """Raise TopicNotDrained unless each group that ever registered for ``topic`` (the
-    groups GC waits for) has acked every sequenced message of it."""
-    groups = sorted(SubscriberHeartbeat.objects.groups_of([topic], using)[topic])
+    """Raise TopicNotDrained unless each group registered for ``topic`` (the groups GC
+    waits for: those with watermark rows) and each group with a worker on record has acked
+    every sequenced message of it."""
+    groups = sorted(set(ConsumerOffset.objects.registered_groups([topic], using)[topic])
+                    | set(SubscriberHeartbeat.objects.groups_of([topic], using)[topic]))
     if not groups:
         # Nobody has consumed these yet; deleting them would lose them.
         waiting = QueueMessage.objects.sequenced_count(topic, using)

@@ -1,7 +1,8 @@
 """Changing a topic's partition count: only once it is drained, in one transaction.
 
 "orders" has 12 partitions in the test settings, other topics 4. A consumer group is
-registered for a topic by a heartbeat row, and its progress is its watermarks.
+registered for a topic by its watermark rows (or, for older data, a heartbeat row), and its
+progress is its watermarks.
 """
 
 from __future__ import annotations
@@ -131,6 +132,19 @@ def test_refused_while_a_registered_group_has_unconsumed_messages():
     assert recorded("orders") == 12
     assert QueueMessage.objects.filter(topic="orders").count() == 6
     assert partitions_of(PartitionLease, "billing") == set(partition_names(12))
+
+
+def test_refused_for_a_group_whose_heartbeats_were_pruned_but_whose_watermarks_remain():
+    publish_sequenced(count=3)
+    count = Topic.objects.partition_counts(["orders"], "default")["orders"]
+    ConsumerOffset.objects.ensure("audit", "orders", partition_names(count), "default")
+    assert not SubscriberHeartbeat.objects.exists()
+
+    with pytest.raises(TopicNotDrained) as caught:
+        repartition("orders", 6)
+
+    assert caught.value.unconsumed == {"audit": 3}
+    assert recorded("orders") == 12
 
 
 def test_refused_when_messages_wait_and_no_group_has_registered():
