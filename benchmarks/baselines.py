@@ -43,7 +43,7 @@ def message_insert_sql(vendor: str, rows: int) -> str:
     j = _json_param(vendor)
     row = f"(%s, %s, %s, {j}, {j}, 0, 0, '', '', 0, '', {now}, {now}, {now})"
     columns = ", ".join(_quote(vendor, c) for c in _INSERT_COLUMNS)
-    return (f"INSERT INTO {_quote(vendor, 'queue_messages')} ({columns}) VALUES "
+    return (f"INSERT INTO {_quote(vendor, 'queue_messages')} ({columns}) VALUES "  # noqa: S608 - names quoted, values bound
             + ", ".join([row] * rows))
 
 
@@ -91,7 +91,7 @@ def fill_jobs(db: Mapping[str, Any], count: int, keys: int, make_payload: Callab
             raw.execute(f"TRUNCATE TABLE {table} RESTART IDENTITY")
         else:
             raw.begin()
-            raw.execute(f"DELETE FROM {table}")
+            raw.execute(f"DELETE FROM {table}")  # noqa: S608 - a fixed benchmark table
         raw.commit()
         j = _json_param(raw.vendor)
         raw.begin()
@@ -101,7 +101,7 @@ def fill_jobs(db: Mapping[str, Any], count: int, keys: int, make_payload: Callab
             for i in ids:
                 params += [f"k{i % keys}", json.dumps(make_payload(i), separators=(",", ":"))]
             raw.execute(
-                f"INSERT INTO {table} (partition_key, payload, claimed_by, done) VALUES "
+                f"INSERT INTO {table} (partition_key, payload, claimed_by, done) VALUES "  # noqa: S608 - a fixed benchmark table
                 + ", ".join([f"(%s, {j}, NULL, 0)"] * len(ids)),
                 params,
             )
@@ -124,7 +124,7 @@ def claim_loop(db: Mapping[str, Any], name: str, batch: int, ready: Any, go: Any
     until none are left. Connects first, then waits for ``go`` so start-up is not timed."""
     raw = Raw(db)
     lock = "" if raw.vendor == "sqlite" else " FOR UPDATE SKIP LOCKED"
-    select = f"SELECT id FROM bench_jobs WHERE done = 0 ORDER BY id LIMIT {batch}{lock}"
+    select = f"SELECT id FROM bench_jobs WHERE done = 0 ORDER BY id LIMIT {batch}{lock}"  # noqa: S608 - an int and a constant
     done = 0
     ready.set()
     go.wait()
@@ -135,7 +135,7 @@ def claim_loop(db: Mapping[str, Any], name: str, batch: int, ready: Any, go: Any
             raw.commit()
             break
         raw.execute(
-            "UPDATE bench_jobs SET done = 1, claimed_by = %s WHERE id IN ("
+            "UPDATE bench_jobs SET done = 1, claimed_by = %s WHERE id IN ("  # noqa: S608 - values bound
             + ", ".join(["%s"] * len(ids)) + ")",
             [name, *ids],
         )

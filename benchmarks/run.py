@@ -201,7 +201,7 @@ def git_state() -> dict[str, Any]:
 
     def git(*args: str) -> str:
         try:
-            return subprocess.run(["git", *args], cwd=REPO_ROOT, capture_output=True,
+            return subprocess.run(["git", *args], cwd=REPO_ROOT, capture_output=True,  # noqa: S603, S607 - git, fixed arguments
                                   text=True, timeout=10).stdout.strip()
         except (OSError, subprocess.SubprocessError):
             return ""

@@ -23,7 +23,7 @@ DEFAULT_DATABASE_URL = "mysql://root@127.0.0.1:3306/test"
 
 env = environ.Env()
 
-SECRET_KEY = "django-sqlqueue-benchmarks-not-secret"
+SECRET_KEY = "django-sqlqueue-benchmarks-not-secret"  # noqa: S105 - benchmarks only
 DEBUG = False  # keeps Django from recording every query in memory
 ALLOWED_HOSTS: list[str] = []
 USE_TZ = True

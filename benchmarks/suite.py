@@ -147,7 +147,7 @@ def start_worker(ctx: Context, topic: str, tag: str,
     env["DJANGO_SETTINGS_MODULE"] = "benchmarks.settings"
     env.update(extra_env or {})
     log = open(ctx.work_dir / f"worker-{tag}.log", "ab")  # noqa: SIM115 - owned by the child
-    proc = subprocess.Popen(
+    proc = subprocess.Popen(  # noqa: S603 - this interpreter, fixed arguments
         [sys.executable, "-m", "django", "runqueueworker", "--group", "bench", "--topic", topic],
         cwd=REPO_ROOT, env=env, stdout=log, stderr=subprocess.STDOUT,
     )

@@ -39,7 +39,7 @@ class ExponentialBackoff:
         ceiling = min(self.cap, self.base * 2 ** max(0, min(attempt - 1, 60)))
         if self.jitter:
             # "Equal jitter": at least half the exponential delay, so retries still back off.
-            return float(ceiling / 2 + random.uniform(0, ceiling / 2))
+            return float(ceiling / 2 + random.uniform(0, ceiling / 2))  # noqa: S311 - jitter, not a secret
         return float(ceiling)
 
     def __repr__(self) -> str:

@@ -95,7 +95,7 @@ class DeliveryStateManager(models.Manager["DeliveryState"]):
         connection = connections[using]
         q = sqlb.quoter(connection)
         branch = (
-            f"SELECT m.{q('partition_key')} AS part, {select_columns(connection, 'm')}, "
+            f"SELECT m.{q('partition_key')} AS part, {select_columns(connection, 'm')}, "  # noqa: S608 - names quoted, values bound
             f"d.{q('acked')} AS d_acked, d.{q('retry_count')} AS d_retries, "
             f"d.{q('invisible_until')} AS d_invisible, d.{q('last_error')} AS d_error "
             f"FROM {q('queue_messages')} m LEFT JOIN {q('queue_delivery_state')} d "
@@ -130,7 +130,7 @@ class DeliveryStateManager(models.Manager["DeliveryState"]):
         connection = connections[using]
         q = sqlb.quoter(connection)
         branch = (
-            f"SELECT d.{q('partition_key')} AS part, {select_columns(connection, 'm')}, "
+            f"SELECT d.{q('partition_key')} AS part, {select_columns(connection, 'm')}, "  # noqa: S608 - names quoted, values bound
             f"d.{q('retry_count')} AS d_retries, d.{q('invisible_until')} AS d_invisible, "
             f"d.{q('last_error')} AS d_error "
             f"FROM {q('queue_delivery_state')} d JOIN {q('queue_messages')} m "
@@ -175,7 +175,7 @@ class DeliveryStateManager(models.Manager["DeliveryState"]):
             params += [group, topic, partition, offset, invisible_until]
         sqlb.execute(
             connection,
-            f"INSERT INTO {q('queue_delivery_state')} ({columns}) VALUES {values}{tail}",
+            f"INSERT INTO {q('queue_delivery_state')} ({columns}) VALUES {values}{tail}",  # noqa: S608 - names quoted, values bound
             params,
         )
 
@@ -211,7 +211,7 @@ class DeliveryStateManager(models.Manager["DeliveryState"]):
         where, params = _refs_sql(q, refs)
         return sqlb.execute(
             connection,
-            f"UPDATE {sqlb.locked_table(connection, 'queue_delivery_state')} "
+            f"UPDATE {sqlb.locked_table(connection, 'queue_delivery_state')} "  # noqa: S608 - names quoted, values bound
             f"SET {q('acked')} = {vendor.true_sql(connection)}"
             f"{set_error} WHERE {q('consumer_group')} = %s AND {q('topic')} = %s AND {where}",
             ([storable_error(error)] if error else []) + [group, topic, *params],
@@ -224,7 +224,7 @@ class DeliveryStateManager(models.Manager["DeliveryState"]):
         q = sqlb.quoter(connection)
         return sqlb.execute(
             connection,
-            f"UPDATE {q('queue_delivery_state')} SET {q('invisible_until')} = %s, "
+            f"UPDATE {q('queue_delivery_state')} SET {q('invisible_until')} = %s, "  # noqa: S608 - names quoted, values bound
             f"{q('last_error')} = %s WHERE {q('consumer_group')} = %s AND {q('topic')} = %s "
             f"AND {q('partition_key')} = %s AND {q('message_offset')} = %s "
             f"AND {q('acked')} = {vendor.false_sql(connection)}",
@@ -248,7 +248,7 @@ class DeliveryStateManager(models.Manager["DeliveryState"]):
         fence_sql, fence_params = "", []
         if fence is not None:
             fence_sql = (
-                f" AND EXISTS (SELECT 1 FROM {q('queue_partition_leases')} l "
+                f" AND EXISTS (SELECT 1 FROM {q('queue_partition_leases')} l "  # noqa: S608 - names quoted, values bound
                 f"WHERE l.{q('consumer_group')} = {table}.{q('consumer_group')} "
                 f"AND l.{q('topic')} = {table}.{q('topic')} "
                 f"AND l.{q('partition_key')} = {table}.{q('partition_key')} "
@@ -259,7 +259,7 @@ class DeliveryStateManager(models.Manager["DeliveryState"]):
         where, params = _refs_sql(q, refs)
         return sqlb.execute(
             connection,
-            f"UPDATE {sqlb.locked_table(connection, 'queue_delivery_state')} "
+            f"UPDATE {sqlb.locked_table(connection, 'queue_delivery_state')} "  # noqa: S608 - names quoted, values bound
             f"SET {q('invisible_until')} = %s "
             f"WHERE {q('consumer_group')} = %s AND {q('topic')} = %s AND {where} "
             f"AND {q('acked')} = {vendor.false_sql(connection)}{fence_sql}",

@@ -22,7 +22,7 @@ class SubscriberHeartbeatManager(models.Manager["SubscriberHeartbeat"]):
         )
         sqlb.execute(
             connection,
-            f"INSERT INTO {q('queue_subscriber_heartbeats')} ({columns}, {q('heartbeat_at')}, "
+            f"INSERT INTO {q('queue_subscriber_heartbeats')} ({columns}, {q('heartbeat_at')}, "  # noqa: S608 - names quoted, values bound
             f"{q('deregistered_at')}) VALUES (%s, %s, %s, %s, 0){tail}",
             [group, topic, name[:SUBSCRIBER_NAME_LENGTH], now_ms],
         )

@@ -38,7 +38,7 @@ class PartitionLeaseManager(PartitionRowsManager):
             for batch in sqlb.chunks(keys, 1000):
                 rows = sqlb.fetch_all(
                     connection,
-                    f"SELECT {q('partition_key')}, {q('leased_by')}, {q('lease_token')}, "
+                    f"SELECT {q('partition_key')}, {q('leased_by')}, {q('lease_token')}, "  # noqa: S608 - names quoted, values bound
                     f"{q('generation')} "
                     f"FROM {sqlb.locked_table(connection, 'queue_partition_leases')} "
                     f"WHERE {q('consumer_group')} = %s "
@@ -68,7 +68,7 @@ class PartitionLeaseManager(PartitionRowsManager):
         q = sqlb.quoter(connection)
         return [r[0] for r in sqlb.fetch_all(
             connection,
-            f"SELECT {q('partition_key')} FROM {q('queue_partition_leases')} "
+            f"SELECT {q('partition_key')} FROM {q('queue_partition_leases')} "  # noqa: S608 - names quoted, values bound
             f"WHERE {q('consumer_group')} = %s AND {q('topic')} = %s "
             f"AND ({q('leased_by')} = '' OR {q('lease_renewed_at')} < %s) "
             f"ORDER BY {q('partition_key')} LIMIT %s" + vendor.skip_locked_sql(connection),
@@ -84,7 +84,7 @@ class PartitionLeaseManager(PartitionRowsManager):
         q = sqlb.quoter(connection)
         sqlb.execute(
             connection,
-            f"UPDATE {sqlb.locked_table(connection, 'queue_partition_leases')} "
+            f"UPDATE {sqlb.locked_table(connection, 'queue_partition_leases')} "  # noqa: S608 - names quoted, values bound
             f"SET {q('leased_by')} = %s, {q('lease_token')} = %s, "
             f"{q('leased_at')} = %s, {q('lease_renewed_at')} = %s, "
             f"{q('generation')} = {q('generation')} + 1 "
@@ -115,7 +115,7 @@ class PartitionLeaseManager(PartitionRowsManager):
         q = sqlb.quoter(connection)
         return sqlb.execute(
             connection,
-            f"UPDATE {sqlb.locked_table(connection, 'queue_partition_leases')} "
+            f"UPDATE {sqlb.locked_table(connection, 'queue_partition_leases')} "  # noqa: S608 - names quoted, values bound
             f"SET {q('generation')} = {q('generation')} + 1 "
             f"WHERE {q('consumer_group')} = %s AND {q('topic')} = %s "
             f"AND {q('partition_key')} IN ({sqlb.placeholders(len(keys))}) "
@@ -132,7 +132,7 @@ class PartitionLeaseManager(PartitionRowsManager):
         q = sqlb.quoter(connection)
         return sqlb.execute(
             connection,
-            f"UPDATE {sqlb.locked_table(connection, 'queue_partition_leases', 'queue_lease_owner')} "
+            f"UPDATE {sqlb.locked_table(connection, 'queue_partition_leases', 'queue_lease_owner')} "  # noqa: S608 - names quoted, values bound
             f"SET {q('lease_renewed_at')} = %s WHERE {q('leased_by')} = %s "
             f"AND {q('lease_token')} = %s",
             [now_ms, worker, token],
@@ -147,7 +147,7 @@ class PartitionLeaseManager(PartitionRowsManager):
         q = sqlb.quoter(connection)
         return sqlb.execute(
             connection,
-            f"UPDATE {sqlb.locked_table(connection, 'queue_partition_leases')} "
+            f"UPDATE {sqlb.locked_table(connection, 'queue_partition_leases')} "  # noqa: S608 - names quoted, values bound
             f"SET {q('leased_by')} = '', {q('lease_token')} = '', "
             f"{q('lease_renewed_at')} = 0 WHERE {q('consumer_group')} = %s AND {q('topic')} = %s "
             f"AND {q('leased_by')} = %s AND {q('lease_token')} = %s "

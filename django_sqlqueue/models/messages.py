@@ -107,7 +107,7 @@ def _insert_sql(connection: Any, rows: int, returning: bool, unless_stored: bool
         )
         if unless_stored:
             stored = " AND ".join(f"{q(column)} = %s" for column in IDEMPOTENCY_COLUMNS)
-            values = (f"SELECT {row_sql} FROM DUAL WHERE NOT EXISTS "
+            values = (f"SELECT {row_sql} FROM DUAL WHERE NOT EXISTS "  # noqa: S608 - names quoted, values bound
                       f"(SELECT 1 FROM {q('queue_messages')} WHERE {stored})")
         else:
             values = "VALUES " + ", ".join([f"({row_sql})"] * rows)
@@ -215,7 +215,7 @@ class QueueMessageManager(models.Manager["QueueMessage"]):
         q = sqlb.quoter(connection)
         rows = sqlb.fetch_all(
             connection,
-            f"SELECT {q('offset')}, {q('topic')}, {q('message_key')} FROM {q('queue_messages')} "
+            f"SELECT {q('offset')}, {q('topic')}, {q('message_key')} FROM {q('queue_messages')} "  # noqa: S608 - names quoted, values bound
             f"WHERE {q('position')} IS NULL ORDER BY {q('offset')} LIMIT %s"
             + vendor.skip_locked_sql(connection),
             [limit],
@@ -235,7 +235,7 @@ class QueueMessageManager(models.Manager["QueueMessage"]):
         offsets = [a[0] for a in assignments]
         sqlb.execute(
             connection,
-            f"UPDATE {sqlb.locked_table(connection, 'queue_messages')} "
+            f"UPDATE {sqlb.locked_table(connection, 'queue_messages')} "  # noqa: S608 - names quoted, values bound
             f"SET {q('position')} = CASE {q('offset')} {cases} END, "
             f"{q('partition_key')} = CASE {q('offset')} {cases} END "
             f"WHERE {q('offset')} IN ({sqlb.placeholders(len(offsets))})",
@@ -253,7 +253,7 @@ class QueueMessageManager(models.Manager["QueueMessage"]):
         q = sqlb.quoter(connection)
         rows = sqlb.fetch_all(
             connection,
-            f"SELECT {q('topic')}, {q('partition_key')}, MAX({q('position')}) "
+            f"SELECT {q('topic')}, {q('partition_key')}, MAX({q('position')}) "  # noqa: S608 - names quoted, values bound
             f"FROM {q('queue_messages')} WHERE {q('position')} > %s AND {q('position')} <= %s "
             f"AND {q('topic')} IN ({sqlb.placeholders(len(topics))}) "
             f"GROUP BY {q('topic')}, {q('partition_key')}",
@@ -269,7 +269,7 @@ class QueueMessageManager(models.Manager["QueueMessage"]):
         for batch in sqlb.chunks(list(offsets), 500):
             for values in sqlb.fetch_all(
                 connection,
-                f"SELECT {select_columns(connection)} FROM {q('queue_messages')} "
+                f"SELECT {select_columns(connection)} FROM {q('queue_messages')} "  # noqa: S608 - names quoted, values bound
                 f"WHERE {q('offset')} IN ({sqlb.placeholders(len(batch))})",
                 list(batch),
             ):
@@ -294,7 +294,7 @@ class QueueMessageManager(models.Manager["QueueMessage"]):
                 params += [partition, *ranges[partition]]
             result += [(r[0], int(r[1])) for r in sqlb.fetch_all(
                 connection,
-                f"SELECT {q('partition_key')}, {q('offset')} FROM {q('queue_messages')} "
+                f"SELECT {q('partition_key')}, {q('offset')} FROM {q('queue_messages')} "  # noqa: S608 - names quoted, values bound
                 f"WHERE {q('topic')} = %s AND ({terms})",
                 params,
             )]
@@ -322,7 +322,7 @@ class QueueMessageManager(models.Manager["QueueMessage"]):
         prefix, suffix = sqlb.insert_ignore(connection, IDEMPOTENCY_COLUMNS)
         inserted = sqlb.execute(
             connection,
-            f"{prefix} {q('queue_messages')} ({columns}) "
+            f"{prefix} {q('queue_messages')} ({columns}) "  # noqa: S608 - names quoted, values bound
             f"SELECT %s, {q('message_key')}, '', %s, {q('payload')}, {q('metadata')}, {now}, %s, "
             f"%s, {q('topic')}, {q('offset')}, %s, {now}, {q('published_at')}, {now}, {q('id')} "
             f"FROM {q('queue_messages')} WHERE {q('offset')} = %s{suffix}",
@@ -364,7 +364,7 @@ class QueueMessageManager(models.Manager["QueueMessage"]):
         q = sqlb.quoter(connection)
         return [int(r[0]) for r in sqlb.fetch_all(
             connection,
-            f"SELECT {q('offset')} FROM {q('queue_messages')} WHERE {q('topic')} = %s "
+            f"SELECT {q('offset')} FROM {q('queue_messages')} WHERE {q('topic')} = %s "  # noqa: S608 - names quoted, values bound
             f"AND {q('partition_key')} = %s AND {q('position')} <= %s "
             f"ORDER BY {q('position')} LIMIT %s",
             [topic, partition, up_to_position, limit],
@@ -408,7 +408,7 @@ class QueueMessageManager(models.Manager["QueueMessage"]):
         q = sqlb.quoter(connection)
         keys = [(row.topic, row.key, row.id) for row in rows]
         sql = (
-            f"SELECT {select_columns(connection)} FROM {q('queue_messages')} "
+            f"SELECT {select_columns(connection)} FROM {q('queue_messages')} "  # noqa: S608 - names quoted, values bound
             f"WHERE ({', '.join(q(c) for c in IDEMPOTENCY_COLUMNS)}) IN "
             f"({sqlb.row_values(len(keys), 3)})"
         )

@@ -58,7 +58,7 @@ class ConsumerOffsetManager(PartitionRowsManager):
         fetched_params: list[object] = [v for p, mark in progress.items() for v in (p, mark.fetched)]
         return sqlb.execute(
             connection,
-            f"UPDATE {sqlb.locked_table(connection, 'queue_offsets')} SET "
+            f"UPDATE {sqlb.locked_table(connection, 'queue_offsets')} SET "  # noqa: S608 - names quoted, values bound
             f"{q('offset_acked')} = CASE WHEN {q('offset_acked')} < {acked} THEN {acked} "
             f"ELSE {q('offset_acked')} END, "
             f"{q('offset_fetched')} = CASE WHEN {q('offset_fetched')} < {fetched} THEN {fetched} "
@@ -78,7 +78,7 @@ class ConsumerOffsetManager(PartitionRowsManager):
         q = sqlb.quoter(connection)
         rows = sqlb.fetch_all(
             connection,
-            f"SELECT {q('partition_key')}, MIN({q('offset_acked')}), COUNT(*) FROM {q('queue_offsets')} "
+            f"SELECT {q('partition_key')}, MIN({q('offset_acked')}), COUNT(*) FROM {q('queue_offsets')} "  # noqa: S608 - names quoted, values bound
             f"WHERE {q('topic')} = %s AND {q('consumer_group')} IN ({sqlb.placeholders(len(groups))}) "
             f"GROUP BY {q('partition_key')}",
             [topic, *groups],
@@ -105,7 +105,7 @@ class ConsumerOffsetManager(PartitionRowsManager):
         connection = connections[using]
         q = sqlb.quoter(connection)
         sql = (
-            f"SELECT COUNT(*) FROM {q('queue_messages')} m LEFT JOIN {q('queue_offsets')} o "
+            f"SELECT COUNT(*) FROM {q('queue_messages')} m LEFT JOIN {q('queue_offsets')} o "  # noqa: S608 - names quoted, values bound
             f"ON o.{q('consumer_group')} = %s AND o.{q('topic')} = m.{q('topic')} "
             f"AND o.{q('partition_key')} = m.{q('partition_key')} "
             f"WHERE m.{q('topic')} = %s AND m.{q('position')} IS NOT NULL "

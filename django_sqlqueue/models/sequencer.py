@@ -1,6 +1,6 @@
 from __future__ import annotations
 
-from django.db import connections, models
+from django.db import DatabaseError, connections, models
 
 from ..db import sql as sqlb
 from ..db import vendor
@@ -21,7 +21,7 @@ class LogSequencerManager(models.Manager["LogSequencer"]):
         q = sqlb.quoter(connection)
         with connection.cursor() as cursor:
             cursor.execute(
-                f"SELECT {q('last_position')} FROM {q('queue_sequencer')} WHERE {q('name')} = %s"
+                f"SELECT {q('last_position')} FROM {q('queue_sequencer')} WHERE {q('name')} = %s"  # noqa: S608 - names quoted, values bound
                 + vendor.skip_locked_sql(connection),
                 [name],
             )
@@ -31,7 +31,7 @@ class LogSequencerManager(models.Manager["LogSequencer"]):
             # Skipped because another worker holds it, or missing? Ask without locking: an
             # INSERT of an existing, locked key would wait for that worker after all.
             cursor.execute(
-                f"SELECT 1 FROM {q('queue_sequencer')} WHERE {q('name')} = %s", [name]
+                f"SELECT 1 FROM {q('queue_sequencer')} WHERE {q('name')} = %s", [name]  # noqa: S608 - names quoted, values bound
             )
             if cursor.fetchone() is not None:
                 return None
@@ -76,7 +76,7 @@ class LogSequencerManager(models.Manager["LogSequencer"]):
         q = sqlb.quoter(connection)
         with connection.cursor() as cursor:
             cursor.execute(
-                f"UPDATE {q('queue_sequencer')} SET {q('last_position')} = %s, "
+                f"UPDATE {q('queue_sequencer')} SET {q('last_position')} = %s, "  # noqa: S608 - names quoted, values bound
                 f"{q('sequenced_by')} = %s, {q('sequenced_at')} = {vendor.now_ms_sql(connection)} "
                 f"WHERE {q('name')} = %s",
                 [last_position, sequenced_by[:255], name],
@@ -90,17 +90,18 @@ class LogSequencerManager(models.Manager["LogSequencer"]):
         connection = connections[using]
         q = sqlb.quoter(connection)
         pending = (
-            f"(SELECT 1 FROM {q('queue_messages')} WHERE {q('position')} IS NULL "
+            f"(SELECT 1 FROM {q('queue_messages')} WHERE {q('position')} IS NULL "  # noqa: S608 - names quoted, values bound
             f"LIMIT 1)"
         )
         with connection.cursor() as cursor:
             cursor.execute(
-                f"SELECT (SELECT {q('last_position')} FROM {q('queue_sequencer')} "
+                f"SELECT (SELECT {q('last_position')} FROM {q('queue_sequencer')} "  # noqa: S608 - names quoted, values bound
                 f"WHERE {q('name')} = %s), {pending}, {vendor.now_ms_sql(connection)}",
                 [name],
             )
             row = cursor.fetchone()
-        assert row is not None
+        if row is None:  # a SELECT without FROM always returns its one row
+            raise DatabaseError("the sequencer's head query returned no row")
         return int(row[0] or 0), row[1] is not None, int(row[2])
 
 

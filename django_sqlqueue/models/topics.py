@@ -43,7 +43,7 @@ class TopicManager(models.Manager["Topic"]):
         return recorded
 
     def set_partitions(self, topic: str, partitions: int, using: str) -> None:
-        now = RawSQL(vendor.now_ms_sql(connections[using]), [])  # the database clock
+        now = RawSQL(vendor.now_ms_sql(connections[using]), [])  # noqa: S611 - the database clock, no input
         self.using(using).filter(topic=topic).update(partitions=partitions, updated_at=now)
 
 

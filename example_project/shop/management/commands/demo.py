@@ -174,7 +174,7 @@ def start_two_workers(run: Run) -> None:
     run.worker_logs = Path(tempfile.mkdtemp(prefix="sqlqueue-demo-"))
     for name in WORKERS:
         log = (run.worker_logs / f"{name}.log").open("wb")
-        run.workers[name] = subprocess.Popen(
+        run.workers[name] = subprocess.Popen(  # noqa: S603 - this interpreter, fixed arguments
             [sys.executable, str(MANAGE_PY), "runqueueworker", "--name", name],
             stdout=log, stderr=subprocess.STDOUT, env=os.environ.copy(),
         )
@@ -217,7 +217,8 @@ def start_two_workers(run: Run) -> None:
 
 def show_the_dead_letter(run: Run) -> None:
     run.heading("9. The poison order lands in billing's dead-letter topic, and only there")
-    assert run.poison is not None
+    if run.poison is None:
+        raise RuntimeError("the poison order is placed by step 7, before this step")
     original = _message_of(run.poison)
     attempts = HandlerRun.objects.filter(group="billing", order=run.poison).count()
     copy = QueueMessage.objects.get(topic=f"{TOPIC}_dlq", consumer_group="billing",
