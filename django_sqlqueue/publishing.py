@@ -12,6 +12,7 @@ import re
 import uuid
 from collections.abc import Iterable, Iterator, Mapping
 from datetime import datetime, timedelta
+from decimal import Decimal
 from typing import Any
 
 from django.core.serializers.json import DjangoJSONEncoder
@@ -24,7 +25,7 @@ from .models.fields import ID_LENGTH, KEY_LENGTH, MAX_TOPIC_LENGTH
 from .models.messages import MessageRow, NewRow
 from .rows import decode_json, epoch_ms_to_datetime
 
-TOPIC_RE = re.compile(r"^[A-Za-z0-9._-]+$")
+TOPIC_RE = re.compile(r"[A-Za-z0-9._-]+")  # the whole name: use fullmatch
 _MESSAGE_FIELDS = frozenset({"payload", "key", "id", "headers", "delay"})
 # One encoder for every call: json.dumps(cls=...) would build a new one each time. Both
 # escape every non-ASCII character (ensure_ascii), so the JSON text is ASCII.
@@ -39,6 +40,13 @@ MAX_DELAY = timedelta(days=365_250)  # 1,000 years
 # 64 MiB on MySQL 8. A message bigger than this goes in an INSERT of its own.
 PUBLISH_BATCH_BYTES = 4 * 1024 * 1024
 _ROW_OVERHEAD_BYTES = 512  # SQL text per row (the clock expressions) and quoting
+
+# A float that Python writes with a positive exponent (1e+16 and up) is a whole number,
+# and PostgreSQL's jsonb, which keeps numbers as numeric, gives it back without the
+# exponent: 1e+16 would come back as the int 10000000000000000, and 1e+308 as an int that
+# is not even equal to the float. Written out with a ".0" it comes back as the same float
+# on every database. The regex skips JSON strings, which can contain "e+" too.
+_STRING_OR_BIG_FLOAT = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"|(-?[0-9]+(?:\.[0-9]+)?e\+[0-9]+)')
 
 # Text no database stores: NUL (PostgreSQL refuses it in text and jsonb) and UTF-16
 # surrogates, which are not characters (a filename decoded with "surrogateescape" has
@@ -160,6 +168,11 @@ def publish_many(
     One invalid element rejects the whole call before anything is written.
     """
     validate_topic(topic)
+    if isinstance(messages, Mapping) or not isinstance(messages, Iterable):
+        raise InvalidMessage(
+            f"messages must be a list (or another iterable) of message dicts, got "
+            f"{type(messages).__name__}; publish one message as [message] or with publish()"
+        )
     conf = get_settings()
     rows: list[NewRow] = []
     for index, message in enumerate(messages):
@@ -213,8 +226,8 @@ def validate_topic(topic: Any) -> None:
         raise InvalidMessage(
             f"topic is {len(topic)} characters long; the limit is {MAX_TOPIC_LENGTH}"
         )
-    if not TOPIC_RE.match(topic):
-        bad = sorted({c for c in topic if not TOPIC_RE.match(c)})
+    if not TOPIC_RE.fullmatch(topic):
+        bad = sorted({c for c in topic if not TOPIC_RE.fullmatch(c)})
         raise InvalidMessage(
             f"topic {topic!r} contains {''.join(bad)!r}; use only letters, digits, '.', '_' and '-'"
         )
@@ -258,7 +271,7 @@ def _build_row(
     else:
         _check_storable("id", message_id)
     payload_json = _encode_payload(payload, max_bytes)
-    headers_json = "{}" if headers is None else _encode_headers(headers)
+    headers_json = "{}" if headers is None else _encode_headers(headers, max_bytes)
     return NewRow(topic, key, message_id, payload_json, headers_json, _delay_ms(delay), id_given)
 
 
@@ -280,6 +293,8 @@ def _encode_payload(payload: Any, max_bytes: int) -> str:
         raise InvalidMessage(f"payload is not valid JSON: {exc}") from exc
     except RecursionError as exc:
         raise InvalidMessage("payload is nested too deeply to encode as JSON") from exc
+    if "e+" in text:
+        text = _STRING_OR_BIG_FLOAT.sub(_spell_out_float, text)
     size = len(text) if text.isascii() else len(text.encode("utf-8"))
     if size > max_bytes:
         raise InvalidMessage(
@@ -293,8 +308,21 @@ def _encode_payload(payload: Any, max_bytes: int) -> str:
     return text
 
 
-def _encode_headers(headers: Any) -> str:
+def _spell_out_float(match: re.Match[str]) -> str:
+    number = match.group(1)
+    if number is None:  # a JSON string: unchanged
+        return match.group()
+    return f"{Decimal(number):f}.0"
+
+
+def _encode_headers(headers: Any, max_bytes: int) -> str:
     text = _HEADERS_ENCODER.encode(_validate_headers(headers))
+    # Headers are ASCII JSON too, and limited like the payload: on MySQL an oversized
+    # statement is refused by closing the connection, and the caller's transaction with it.
+    if len(text) > max_bytes:
+        raise InvalidMessage(
+            f"headers are {len(text)} bytes as JSON, over SQLQUEUE['MAX_PAYLOAD_BYTES'] = {max_bytes}"
+        )
     if "\\u0000" in text or "\\ud" in text:
         for name, value in headers.items():
             for field, part in ((f"header name {name!r}", name), (f"header {name!r}", value)):

@@ -2,9 +2,29 @@
 
 from __future__ import annotations
 
+import os
+
 import pytest
+from hypothesis import HealthCheck, settings
 
 from tests import backends
+
+# --------------------------------------------------------------------------- hypothesis
+#
+# Property tests draw their 50 examples from the test's name, so every run (and CI) tries
+# the same ones and a failure reproduces. HYPOTHESIS_PROFILE=explore draws new examples, more
+# of them, to look for new failures. The database fixture is shared by a test's examples
+# on purpose: each example rolls back its own savepoint.
+
+settings.register_profile(
+    "repeatable", derandomize=True, database=None, deadline=None, max_examples=50,
+    print_blob=True,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+settings.register_profile(
+    "explore", parent=settings.get_profile("repeatable"), derandomize=False, max_examples=500,
+)
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "repeatable"))
 
 # --------------------------------------------------------------------------- backend check
 #

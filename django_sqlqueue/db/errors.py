@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from django.db import DatabaseError, InterfaceError, OperationalError
+from typing import Any
+
+from django.db import DatabaseError, IntegrityError, InterfaceError, OperationalError
 
 # MySQL/MariaDB error codes of a lost or refused connection: server gone away, lost
 # connection, cannot connect, server shutdown in progress, connection killed.
@@ -13,6 +15,7 @@ _MYSQL_CONTENTION = {1213, 1205}
 _PG_DISCONNECT_PREFIXES = ("08", "57P01", "57P02", "57P03")
 # ... and serialization failure, deadlock, lock not available (a lock_timeout ran out).
 _PG_CONTENTION = ("40001", "40P01", "55P03")
+_MYSQL_CHECK_FAILED = 4025  # a CHECK constraint refused a row (MariaDB)
 
 
 def is_disconnect(exc: BaseException) -> bool:
@@ -43,6 +46,26 @@ def is_transient(exc: BaseException) -> bool:
         return True
     text = str(exc).lower()
     return "database is locked" in text or "database table is locked" in text
+
+
+def check_refusal(connection: Any, exc: BaseException) -> str | None:
+    """Why a CHECK constraint refused a row, when that undid only the failed statement and
+    the transaction goes on; else None.
+
+    Django's JSON columns carry a JSON check on MariaDB (which refuses nesting deeper than
+    31 levels) and on SQLite (deeper than 2,000 levels). PostgreSQL's jsonb has no such
+    check, and any error there aborts the whole transaction.
+    """
+    if not isinstance(exc, IntegrityError):
+        return None
+    if connection.vendor == "mysql":
+        code, _ = _codes(exc)
+        if code == _MYSQL_CHECK_FAILED:
+            args = (exc.__cause__ or exc).args
+            return str(args[1]) if len(args) > 1 else str(exc)
+    elif connection.vendor == "sqlite" and str(exc).startswith("CHECK constraint failed"):
+        return str(exc)
+    return None
 
 
 def _codes(exc: DatabaseError) -> tuple[int | None, str | None]:

@@ -8,6 +8,7 @@ from django.db import IntegrityError, connections, models
 
 from ..db import sql as sqlb
 from ..db import vendor
+from ..db.errors import check_refusal
 from ..exceptions import InvalidMessage
 from .fields import GROUP_LENGTH, ID_LENGTH, KEY_LENGTH, TOPIC_LENGTH, storable_error
 
@@ -59,7 +60,6 @@ _INSERT_COLUMNS = (
 )
 IDEMPOTENCY_COLUMNS = ("topic", "message_key", "id")
 _MYSQL_DUPLICATE_KEY = 1062  # the warning INSERT IGNORE gives for a skipped duplicate
-_MYSQL_CHECK_FAILED = 4025  # a CHECK constraint refused a row (MariaDB)
 _DEAD_LETTER_COLUMNS = (*_INSERT_COLUMNS, "original_id")
 
 
@@ -173,11 +173,12 @@ class QueueMessageManager(models.Manager["QueueMessage"]):
             try:
                 cursor.execute(_insert_sql(connection, len(rows), returning, unless_stored), params)
             except IntegrityError as exc:
-                # A one-row INSERT IGNORE still fails a CHECK constraint (MariaDB's JSON
-                # check); MySQL rolls back just the statement, so the transaction goes on.
-                if connection.vendor == "mysql" and exc.args[:1] == (_MYSQL_CHECK_FAILED,):
-                    raise InvalidMessage(
-                        f"the database refused the message: {exc.args[1]}") from exc
+                # The JSON check of MariaDB or SQLite refused a payload nested too deeply
+                # (a one-row INSERT IGNORE still fails a CHECK constraint). Both undo just
+                # the statement, so the caller's transaction goes on.
+                reason = check_refusal(connection, exc)
+                if reason is not None:
+                    raise InvalidMessage(f"the database refused the message: {reason}") from exc
                 raise
             if returning:
                 inserted = {(r.topic, r.key, r.id): r for r in map(message_row, cursor.fetchall())}
