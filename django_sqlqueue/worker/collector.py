@@ -14,6 +14,7 @@ and no ack.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 import time
@@ -21,7 +22,7 @@ from collections.abc import Iterable
 
 from django.db import connections, transaction
 
-from ..db.errors import is_transient
+from ..db.errors import is_disconnect, is_transient
 from ..models import ConsumerOffset, QueueMessage, SubscriberHeartbeat
 
 logger = logging.getLogger("django_sqlqueue.worker")
@@ -141,9 +142,13 @@ class GarbageCollector:
             return deleted
         except Exception as exc:  # noqa: BLE001 - GC must never stop the worker
             if is_transient(exc):
-                # A row held by another transaction, say: collected on a later run.
+                # A row held by another transaction, say: collected on a later run. A lost
+                # connection (the server restarted) is dropped, so the next run opens one.
                 logger.info("gc postponed: %s: %s", type(exc).__name__,
                             " ".join(str(exc).split())[:200])
+                if is_disconnect(exc):
+                    with contextlib.suppress(Exception):
+                        connections[self.using].close()
             else:
                 logger.error("gc failed: %s: %s", type(exc).__name__, exc, exc_info=exc)
                 connections[self.using].close()

@@ -67,6 +67,17 @@ class Dispatcher:
             )
         return not overdue
 
+    def overdue(self, ident: Ident, offset: int, max_seconds: float | None) -> bool:
+        """Whether this message's handler still runs here but has run longer than
+        ``max_seconds``: the worker has given up on it (None: it never does)."""
+        if max_seconds is None:
+            return False
+        ref = (ident, offset)
+        with self._lock:
+            started = self._started.get(ref)
+            return (ref in self._running_refs and started is not None
+                    and time.monotonic() - started > max_seconds)
+
     def submit(self, partition: Partition, generation: int, message: Message) -> None:
         ref = (partition.ident, message.offset)
         with self._lock:

@@ -5,6 +5,8 @@ from __future__ import annotations
 import contextlib
 import logging
 import random
+import time
+from collections.abc import Callable
 
 from django.db import connections
 
@@ -55,3 +57,31 @@ class FaultBackoff:
 def _one_line(exc: BaseException) -> str:
     text = f"{type(exc).__name__}: {exc}"
     return " ".join(text.split())[:300]
+
+
+def wait_for_database(using: str, sleep: Callable[[float], object] = time.sleep) -> None:
+    """Return once the database answers, retrying with backoff (at most MAX_DELAY apart)
+    and logging each failed try: a worker started while its database restarts waits for
+    it instead of failing on its first query. Errors other than an unreachable server
+    (bad credentials, say) are raised at once."""
+    backoff = FaultBackoff(using)
+    while True:
+        try:
+            connection = connections[using]
+            connection.ensure_connection()
+            with connection.cursor() as cursor:
+                cursor.execute("SELECT 1")
+        except Exception as exc:
+            if not is_disconnect(exc) or _refused_login(exc):
+                raise
+            sleep(backoff.failed("connect", exc))
+            continue
+        backoff.succeeded()
+        return
+
+
+def _refused_login(exc: BaseException) -> bool:
+    """The server answered and refused us: waiting will not help."""
+    text = str(exc).lower()
+    return "access denied" in text or "authentication failed" in text or \
+        "does not exist" in text or "unknown database" in text

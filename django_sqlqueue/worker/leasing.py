@@ -15,7 +15,7 @@ import logging
 import math
 import time
 import uuid
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 from django.db import transaction
 
@@ -136,11 +136,16 @@ class Leasing:
         self.nothing_claimable = not claimable_left
         return taken
 
-    def release_drained(self, pending: set[Ident]) -> None:
-        """Release draining partitions whose handlers are done and outcomes recorded."""
+    def release_drained(self, pending: set[Ident],
+                        given_up: Callable[[Ident, int], bool]) -> None:
+        """Release draining partitions whose handlers are done and outcomes recorded, or
+        still running but given up on (past MAX_HANDLER_TIME): a hung handler must not
+        keep a partition that is being handed to another worker from everybody. Its
+        message is redelivered by the new owner once its visibility runs out."""
         done = [
             p for p in self.partitions.values()
-            if p.draining and not p.in_flight_count() and p.ident not in pending
+            if p.draining and p.ident not in pending
+            and all(given_up(p.ident, entry.offset) for entry in p.in_flight())
         ]
         self._release(done)
 

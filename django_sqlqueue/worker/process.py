@@ -233,7 +233,7 @@ class Worker:
             full = result.full
             delivered = len(result.deliveries)
         pending_idents = {o.partition.ident for o in self._pending}
-        self.leasing.release_drained(pending_idents)
+        self.leasing.release_drained(pending_idents, self._given_up)
         if self.burst and not self.stopping.is_set() and self._burst_done(delivered, pending):
             logger.info("burst finished: nothing deliverable name=%s", self.name)
             self.stop()
@@ -313,6 +313,9 @@ class Worker:
 
     def _may_extend(self, ident: Ident, offset: int) -> bool:
         return self.dispatcher.may_extend(ident, offset, self.conf.max_handler_time)
+
+    def _given_up(self, ident: Ident, offset: int) -> bool:
+        return self.dispatcher.overdue(ident, offset, self.conf.max_handler_time)
 
     def _burst_done(self, delivered: int, pending: bool) -> bool:
         now_ms = self.clock.now_ms()

@@ -14,6 +14,7 @@ from django.db import connections
 from django_sqlqueue.consuming.registry import autodiscover, subscriptions
 from django_sqlqueue.exceptions import ConfigurationError
 from django_sqlqueue.models.fields import SUBSCRIBER_NAME_LENGTH
+from django_sqlqueue.worker.faults import wait_for_database
 from django_sqlqueue.worker.process import EXIT_HANDLERS_ABANDONED, Worker
 
 
@@ -56,6 +57,19 @@ class Command(BaseCommand):
                             help="Exit once no subscribed partition has a deliverable message.")
         parser.add_argument("--database", default="default",
                             help="Database alias holding the queue tables (default: default).")
+
+    def execute(self, *args: Any, **options: Any) -> Any:
+        # The system checks query the database: a worker started while the database
+        # restarts (a supervisor restarting everything at once) waits for it first.
+        alias = options.get("database") or "default"
+        if alias in connections:
+            _configure_logging(int(options.get("verbosity", 1)))
+            try:
+                wait_for_database(alias)
+            except Exception as exc:
+                raise CommandError(f"cannot use database {alias!r}: "
+                                   f"{' '.join(str(exc).split())}") from exc
+        return super().execute(*args, **options)
 
     def handle(self, *args: Any, **options: Any) -> None:
         if options["database"] not in connections:
