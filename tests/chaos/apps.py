@@ -1,0 +1,7 @@
+from django.apps import AppConfig
+
+
+class ChaosConfig(AppConfig):
+    name = "tests.chaos"
+    label = "chaos"
+    default = True

@@ -1,0 +1,133 @@
+"""The processes of a chaos run: workers (one with a skewed clock) and publishers."""
+
+from __future__ import annotations
+
+import glob
+import os
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from . import records
+from .settings import REPO_ROOT
+
+CLOCK_SKEW = "+60s"  # the skewed worker's wall clock runs a minute ahead
+WORKER_CONCURRENCY = 4
+
+
+def libfaketime() -> str:
+    found = sorted(glob.glob("/usr/lib/*/faketime/libfaketime.so.1"))
+    return found[0] if found else ""
+
+
+def base_env(directory: Path) -> dict[str, str]:
+    env = dict(os.environ)
+    env["DJANGO_SETTINGS_MODULE"] = "tests.chaos.settings"
+    env["PYTHONPATH"] = os.pathsep.join([str(REPO_ROOT), *filter(None, [env.get("PYTHONPATH")])])
+    env["PYTHONUNBUFFERED"] = "1"
+    env["CHAOS_DIR"] = str(directory)
+    return env
+
+
+@dataclass
+class Worker:
+    """A ``runqueueworker`` process slot: restarted under the same name, as a supervisor
+    (systemd, a StatefulSet) would do."""
+
+    name: str
+    directory: Path
+    skewed: bool = False
+    proc: subprocess.Popen[bytes] | None = None
+    starts: int = 0
+    exit_codes: list[int] = field(default_factory=list)
+
+    @property
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    @property
+    def pid(self) -> int:
+        assert self.proc is not None
+        return self.proc.pid
+
+    def start(self) -> None:
+        env = base_env(self.directory)
+        if self.skewed:
+            # Preloaded directly (the faketime wrapper forks, and signals would miss the
+            # worker); the monotonic clock stays true, as on a badly synchronised host.
+            env.update({"LD_PRELOAD": libfaketime(), "FAKETIME": CLOCK_SKEW,
+                        "FAKETIME_DONT_FAKE_MONOTONIC": "1"})
+        self.starts += 1
+        log = self.directory / f"worker-{self.name}.log"
+        with log.open("ab") as out:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "django", "runqueueworker", "--name", self.name,
+                 "--concurrency", str(WORKER_CONCURRENCY)],
+                cwd=REPO_ROOT, env=env, stdout=out, stderr=subprocess.STDOUT,
+            )
+        records.write("faults", e="start", name=self.name, pid=self.proc.pid, skewed=self.skewed)
+
+    def signal(self, signum: int) -> None:
+        if self.alive:
+            assert self.proc is not None
+            self.proc.send_signal(signum)
+
+    def kill(self) -> None:
+        """kill -9, and reap it."""
+        if self.alive:
+            assert self.proc is not None
+            records.write("faults", e="kill", name=self.name, pid=self.proc.pid)
+            self.proc.kill()
+            self.exit_codes.append(self.proc.wait())
+
+    def stop(self, timeout: float) -> int | None:
+        """SIGTERM, then wait; SIGKILL after ``timeout``. The exit code, or None if killed."""
+        if self.proc is None:
+            return None
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGCONT)
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+                return None
+        code = self.proc.returncode
+        self.exit_codes.append(code)
+        return code
+
+
+@dataclass
+class Publisher:
+    kind: str
+    index: int
+    proc: subprocess.Popen[bytes]
+
+
+def start_publisher(kind: str, index: int, seconds: float, seed: int,
+                    directory: Path) -> Publisher:
+    log = directory / f"publisher-{kind}-{index}.log"
+    with log.open("ab") as out:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "tests.chaos.publisher", kind, str(index), str(seconds),
+             str(seed)],
+            cwd=REPO_ROOT, env=base_env(directory), stdout=out, stderr=subprocess.STDOUT,
+        )
+    return Publisher(kind, index, proc)
+
+
+def wait_all(publishers: list[Publisher], timeout: float) -> list[int | None]:
+    deadline = time.monotonic() + timeout
+    codes: list[int | None] = []
+    for p in publishers:
+        try:
+            codes.append(p.proc.wait(max(0.0, deadline - time.monotonic())))
+        except subprocess.TimeoutExpired:
+            p.proc.kill()
+            p.proc.wait()
+            codes.append(None)
+    return codes
