@@ -6,12 +6,16 @@
 #   make test-compat   only the Python 3.11 + Django 5.2 run, on all three backends
 #   make lint          ruff + mypy
 #   make bench         benchmarks/run.py against BENCH_DATABASE_URL (default: MariaDB)
+#   make chaos         workers and publishers under faults for CHAOS_SECONDS (default 180)
+#                      against CHAOS_DATABASE_URL (default: MariaDB), then a loss report;
+#                      make test runs a 60 s version of it on MariaDB
 #   make provision     install mysqlclient's build packages, start MariaDB and PostgreSQL
 #                      (test and bench do this first; PROVISION=0 skips it)
 #   make clean         remove virtualenvs, test databases and caches
 #
 # Variables: PYTEST_ARGS (passed to pytest), BACKENDS (default "sqlite mysql postgres"),
-# SQLITE_URL / MYSQL_URL / POSTGRES_URL, BASE_PYTHON / COMPAT_PYTHON (interpreters).
+# SQLITE_URL / MYSQL_URL / POSTGRES_URL, BASE_PYTHON / COMPAT_PYTHON (interpreters),
+# CHAOS_SECONDS / CHAOS_DATABASE_URL / CHAOS_ARGS (e.g. "--seed 7 --keep").
 
 SHELL := /bin/bash
 .SHELLFLAGS := -eu -o pipefail -c
@@ -74,6 +78,10 @@ BACKENDS ?= sqlite mysql postgres
 BENCH_DATABASE_URL ?= $(or $(DATABASE_URL),$(MYSQL_URL))
 PYTEST_ARGS ?=
 BENCH_ARGS ?=
+CHAOS_DATABASE_URL ?= $(or $(DATABASE_URL),$(MYSQL_URL))
+CHAOS_SECONDS ?= 180
+CHAOS_SHORT_SECONDS ?= 60
+CHAOS_ARGS ?=
 PROVISION ?= 1
 
 LINT_PATHS := $(wildcard django_sqlqueue tests example_project benchmarks)
@@ -131,10 +139,10 @@ endef
 
 # --------------------------------------------------------------------------- targets
 
-.PHONY: help demo test test-backends test-compat lint check-migrations bench provision clean FORCE
+.PHONY: help demo test test-backends test-compat lint check-migrations bench chaos chaos-short provision clean FORCE
 
 help:
-	@sed -n '3,15s/^# \{0,1\}//p' $(firstword $(MAKEFILE_LIST))
+	@sed -n '3,19s/^# \{0,1\}//p' $(firstword $(MAKEFILE_LIST))
 
 # The venv marker is re-checked on every run but only rewritten when the interpreter
 # changes, so the install stamps below are redone only when needed.
@@ -180,7 +188,7 @@ check-migrations: $(VENV)/.stamp-dev
 test-backends: $(VENV)/.stamp-dev | provision
 	$(call run_suite,$(PY),Python $(BASE_VERSION) / Django $(DJANGO_SERIES))
 
-test: lint check-migrations test-backends $(if $(IS_CI),test-compat)
+test: lint check-migrations test-backends $(if $(filter mysql,$(BACKENDS)),chaos-short) $(if $(IS_CI),test-compat)
 
 test-compat: $(COMPAT_VENV)/.stamp-dev | provision
 	DATABASE_URL='$(SQLITE_URL)' DJANGO_SETTINGS_MODULE=tests.settings \
@@ -189,6 +197,15 @@ test-compat: $(COMPAT_VENV)/.stamp-dev | provision
 
 bench: $(VENV)/.stamp-dev | provision
 	DATABASE_URL='$(BENCH_DATABASE_URL)' PYTHONPATH='$(ROOT)' $(PY) benchmarks/run.py $(BENCH_ARGS)
+
+# The chaos run restarts the database server once (when it runs on this machine): see
+# docs/reliability.md.
+chaos: $(VENV)/.stamp-dev | provision
+	DATABASE_URL='$(CHAOS_DATABASE_URL)' $(PY) -m tests.chaos.run --seconds $(CHAOS_SECONDS) $(CHAOS_ARGS)
+
+chaos-short: $(VENV)/.stamp-dev | provision
+	DATABASE_URL='$(MYSQL_URL)' $(PY) -m tests.chaos.run --seconds $(CHAOS_SHORT_SECONDS) \
+	  --drain-timeout 180 $(CHAOS_ARGS)
 
 clean:
 	rm -rf $(VENV) $(COMPAT_VENV) .test-data .mypy_cache .ruff_cache .pytest_cache build dist
