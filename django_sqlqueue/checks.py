@@ -10,25 +10,38 @@ from django.apps import AppConfig
 from django.conf import settings
 from django.core.checks import CheckMessage, Error, Warning, register
 
-from .conf import DEFAULTS, MAX_PARTITIONS, TOPIC_OPTIONS, raw_settings
+from .conf import (
+    DEFAULTS,
+    MAX_LEASE_SECONDS,
+    MAX_PARTITIONS,
+    MAX_SECONDS,
+    TOPIC_OPTIONS,
+    is_seconds,
+    raw_settings,
+)
+from .models.fields import TOPIC_LENGTH
 
-_NAME_RE = re.compile(r"^[A-Za-z0-9._-]+$")
+_NAME_RE = re.compile(r"[A-Za-z0-9._-]+")  # the whole name: use fullmatch
 
 
-def _positive_number(value: Any) -> bool:
-    return isinstance(value, int | float) and not isinstance(value, bool) and value > 0
+def _positive_seconds(value: Any) -> bool:
+    return is_seconds(value)
 
 
-def _non_negative_number(value: Any) -> bool:
-    return isinstance(value, int | float) and not isinstance(value, bool) and value >= 0
+def _seconds_or_zero(value: Any) -> bool:
+    return is_seconds(value, zero=True)
+
+
+def _lease_seconds(value: Any) -> bool:
+    return is_seconds(value, most=MAX_LEASE_SECONDS)
+
+
+def _positive_seconds_or_none(value: Any) -> bool:
+    return value is None or is_seconds(value)
 
 
 def _positive_int(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool) and value > 0
-
-
-def _positive_number_or_none(value: Any) -> bool:
-    return value is None or _positive_number(value)
 
 
 def _partition_count(value: Any) -> bool:
@@ -36,29 +49,33 @@ def _partition_count(value: Any) -> bool:
 
 
 def _dlq_suffix(value: Any) -> bool:
-    return isinstance(value, str) and bool(_NAME_RE.match(value)) and len(value) <= 50
+    return isinstance(value, str) and bool(_NAME_RE.fullmatch(value)) and len(value) <= 50
 
+
+_YEAR = f"at most {MAX_SECONDS:.0f} (a year)"
+_DAY = f"at most {MAX_LEASE_SECONDS:.0f} (a day)"
 
 # (setting, id, predicate, what it must be)
 _RULES: list[tuple[str, str, Callable[[Any], bool], str]] = [
-    ("POLL_INTERVAL", "sqlqueue.E002", _positive_number, "a number of seconds > 0"),
+    ("POLL_INTERVAL", "sqlqueue.E002", _positive_seconds, f"a number of seconds > 0, {_YEAR}"),
     ("BATCH_SIZE", "sqlqueue.E003", _positive_int, "an integer >= 1"),
-    ("VISIBILITY_TIMEOUT", "sqlqueue.E004", _positive_number, "a number of seconds > 0"),
+    ("VISIBILITY_TIMEOUT", "sqlqueue.E004", _positive_seconds,
+     f"a number of seconds > 0, {_YEAR}"),
     ("MAX_ATTEMPTS", "sqlqueue.E005", _positive_int, "an integer >= 1"),
-    ("LEASE_DURATION", "sqlqueue.E006", _positive_number, "a number of seconds > 0"),
-    ("RENEW_INTERVAL", "sqlqueue.E007", _positive_number, "a number of seconds > 0"),
+    ("LEASE_DURATION", "sqlqueue.E006", _lease_seconds, f"a number of seconds > 0, {_DAY}"),
+    ("RENEW_INTERVAL", "sqlqueue.E007", _lease_seconds, f"a number of seconds > 0, {_DAY}"),
     ("DLQ_SUFFIX", "sqlqueue.E008", _dlq_suffix,
      "a non-empty string of at most 50 characters from [A-Za-z0-9._-]"),
     ("MAX_PAYLOAD_BYTES", "sqlqueue.E009", _positive_int, "an integer number of bytes >= 1"),
     ("PUBLISH_BATCH_SIZE", "sqlqueue.E010", _positive_int, "an integer >= 1"),
-    ("GC_INTERVAL", "sqlqueue.E011", _non_negative_number,
-     "a number of seconds >= 0 (0 disables GC)"),
-    ("SHUTDOWN_GRACE", "sqlqueue.E012", _non_negative_number, "a number of seconds >= 0"),
+    ("GC_INTERVAL", "sqlqueue.E011", _seconds_or_zero,
+     f"a number of seconds >= 0 (0 disables GC), {_YEAR}"),
+    ("SHUTDOWN_GRACE", "sqlqueue.E012", _seconds_or_zero, f"a number of seconds >= 0, {_YEAR}"),
     ("PARTITIONS", "sqlqueue.E014", _partition_count, f"an integer from 1 to {MAX_PARTITIONS}"),
-    ("MAX_HANDLER_TIME", "sqlqueue.E020", _positive_number_or_none,
-     "a number of seconds > 0, or None for no limit"),
-    ("GROUP_RETENTION", "sqlqueue.E021", _positive_number_or_none,
-     "a number of seconds > 0, or None to keep consumer groups until forgotten"),
+    ("MAX_HANDLER_TIME", "sqlqueue.E020", _positive_seconds_or_none,
+     f"a number of seconds > 0, {_YEAR}, or None for no limit"),
+    ("GROUP_RETENTION", "sqlqueue.E021", _positive_seconds_or_none,
+     f"a number of seconds > 0, {_YEAR}, or None to keep consumer groups until forgotten"),
 ]
 
 
@@ -75,10 +92,10 @@ def check_settings(app_configs: Sequence[AppConfig] | None = None, **kwargs: Any
             id="sqlqueue.E001",
         )]
     errors: list[CheckMessage] = []
-    unknown = sorted(set(user) - set(DEFAULTS))
+    unknown = sorted(map(repr, set(user) - set(DEFAULTS)))  # repr: the keys may be of any type
     if unknown:
         errors.append(Error(
-            f"SQLQUEUE has unknown key(s): {', '.join(map(str, unknown))}.",
+            f"SQLQUEUE has unknown key(s): {', '.join(unknown)}.",
             hint=f"Known keys: {', '.join(DEFAULTS)}.",
             id="sqlqueue.E001",
         ))
@@ -113,9 +130,10 @@ def _topic_errors(topics: Any) -> list[CheckMessage]:
     errors: list[CheckMessage] = []
     for topic, options in topics.items():
         where = f"SQLQUEUE['TOPICS'][{topic!r}]"
-        if not isinstance(topic, str) or not _NAME_RE.match(topic):
+        if not isinstance(topic, str) or not _NAME_RE.fullmatch(topic) or len(topic) > TOPIC_LENGTH:
             errors.append(Error(f"SQLQUEUE['TOPICS'] has a key that is not a topic name: {topic!r}.",
-                                hint="Topic names use letters, digits, '.', '_' and '-'.",
+                                hint=f"Topic names are up to {TOPIC_LENGTH} letters, digits, "
+                                "'.', '_' and '-'.",
                                 id="sqlqueue.E015"))
         elif not isinstance(options, dict):
             errors.append(Error(f"{where} must be a dict of options, got {type(options).__name__}.",

@@ -5,6 +5,7 @@ Every key has a documented default; :mod:`django_sqlqueue.checks` reports bad va
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -50,6 +51,23 @@ DEFAULTS: dict[str, Any] = {
 }
 
 MAX_PARTITIONS = 4096  # per topic; lease rows, watermarks and fair share count partitions
+# The longest any duration setting may be, in seconds. Longer is a typo, and some would
+# break the worker: a wait longer than threading.TIMEOUT_MAX (292 years) raises, and times
+# are stored as epoch milliseconds in 64-bit integers.
+MAX_SECONDS = 365 * 24 * 3600.0  # a year
+# The longest lease, in seconds: a worker bounds its idle transactions by it, and
+# PostgreSQL takes at most 2**31 - 1 ms (24.8 days) for idle_in_transaction_session_timeout.
+MAX_LEASE_SECONDS = 24 * 3600.0  # a day
+
+
+def is_seconds(value: Any, *, zero: bool = False, most: float = MAX_SECONDS) -> bool:
+    """Whether ``value`` is an int or float of seconds, > 0 (>= 0 with ``zero``) and at most
+    ``most``: never NaN, a bool or infinite."""
+    if not isinstance(value, int | float) or isinstance(value, bool):
+        return False
+    if isinstance(value, float) and math.isnan(value):
+        return False
+    return (value >= 0 if zero else value > 0) and value <= most  # inf is over any ``most``
 TOPIC_OPTIONS = frozenset({"PARTITIONS"})
 
 

@@ -11,7 +11,9 @@ automatically, without deleting their state.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
+from typing import Any
 
 from django.db import transaction
 
@@ -24,6 +26,9 @@ from .models import (
     PartitionLease,
     SubscriberHeartbeat,
 )
+from .models.fields import GROUP_LENGTH, TOPIC_LENGTH
+
+_NAME_RE = re.compile(r"[A-Za-z0-9._-]+")  # what @subscriber and publish() accept
 
 
 class GroupInUse(SQLQueueError):
@@ -56,6 +61,11 @@ def forget_group(group: str, topic: str | None = None, *, using: str = "default"
     """
     if not group:
         raise UnknownGroup("a consumer group name is required")
+    # A name no group or topic can have has no state; saying so is also what keeps text
+    # the database cannot take (a lone surrogate from a badly encoded argument) away from it.
+    _check_name("consumer group", group, GROUP_LENGTH)
+    if topic is not None:
+        _check_name("topic", topic, TOPIC_LENGTH)
     offsets = ConsumerOffset.objects.using(using).filter(consumer_group=group)
     if topic is not None:
         offsets = offsets.filter(topic=topic)
@@ -86,3 +96,9 @@ def forget_group(group: str, topic: str | None = None, *, using: str = "default"
             counts["heartbeats"] += (
                 SubscriberHeartbeat.objects.using(using).filter(**mine).delete()[0])
     return Forgotten(group, topics, **counts)
+
+
+def _check_name(kind: str, name: Any, limit: int) -> None:
+    if not isinstance(name, str) or len(name) > limit or not _NAME_RE.fullmatch(name):
+        raise UnknownGroup(f"{name!r} is not a {kind} name (up to {limit} letters, digits, '.', "
+                           "'_' and '-'), so there is no state to forget")

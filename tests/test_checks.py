@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import math
 import warnings
+from decimal import Decimal
 
 import pytest
 from django.conf import settings
@@ -135,6 +137,104 @@ def test_bad_value_has_its_own_id_and_a_hint(name, value, check_id):
     assert f"SQLQUEUE['{name}']" in error.msg
     assert repr(value) in error.msg
     assert repr(DEFAULTS[name]) in error.hint
+
+
+# Every duration setting, its check id, and whether 0 is allowed (it turns GC off, and a
+# grace of 0 stops at once).
+DURATIONS = [
+    ("POLL_INTERVAL", "sqlqueue.E002", False), ("VISIBILITY_TIMEOUT", "sqlqueue.E004", False),
+    ("LEASE_DURATION", "sqlqueue.E006", False), ("RENEW_INTERVAL", "sqlqueue.E007", False),
+    ("GC_INTERVAL", "sqlqueue.E011", True), ("SHUTDOWN_GRACE", "sqlqueue.E012", True),
+    ("MAX_HANDLER_TIME", "sqlqueue.E020", False), ("GROUP_RETENTION", "sqlqueue.E021", False),
+]
+COUNTS = [
+    ("BATCH_SIZE", "sqlqueue.E003"), ("MAX_ATTEMPTS", "sqlqueue.E005"),
+    ("MAX_PAYLOAD_BYTES", "sqlqueue.E009"), ("PUBLISH_BATCH_SIZE", "sqlqueue.E010"),
+    ("PARTITIONS", "sqlqueue.E014"),
+]
+NOT_SECONDS = [math.nan, math.inf, -math.inf, -1, -0.001, 1e300, 10**30, "1", "1s", b"1",
+               [1], {"seconds": 1}, True, False, Decimal("1")]
+NOT_COUNTS = [0, -1, 1.0, 2.5, math.nan, math.inf, "10", None, True, [10]]
+
+
+@pytest.mark.parametrize("value", NOT_SECONDS, ids=repr)
+@pytest.mark.parametrize(("name", "check_id", "zero_ok"), DURATIONS, ids=[d[0] for d in DURATIONS])
+def test_a_duration_that_is_not_a_sane_number_of_seconds_has_its_id(name, check_id, zero_ok, value):
+    # Seconds are finite: NaN compares false with everything, infinity overflows a wait
+    # or an epoch-millisecond column, and a year is longer than any of these should be.
+    [error] = errors_for({name: value})
+
+    assert error.id == check_id
+    assert f"SQLQUEUE['{name}']" in error.msg
+
+
+@pytest.mark.parametrize(("name", "check_id", "zero_ok"), DURATIONS, ids=[d[0] for d in DURATIONS])
+def test_a_duration_of_zero_is_refused_unless_it_means_off(name, check_id, zero_ok):
+    assert ids_for({name: 0}) == ([] if zero_ok else [check_id])
+
+
+@pytest.mark.parametrize("value", NOT_COUNTS, ids=repr)
+@pytest.mark.parametrize(("name", "check_id"), COUNTS, ids=[c[0] for c in COUNTS])
+def test_a_count_that_is_not_a_positive_integer_has_its_id(name, check_id, value):
+    [error] = errors_for({name: value})
+
+    assert error.id == check_id
+
+
+@pytest.mark.parametrize(("name", "value"), [
+    ("POLL_INTERVAL", 365 * 86400), ("VISIBILITY_TIMEOUT", 365 * 86400.0),
+    ("GC_INTERVAL", 365 * 86400), ("SHUTDOWN_GRACE", 365 * 86400),
+    ("MAX_HANDLER_TIME", 365 * 86400), ("GROUP_RETENTION", 365 * 86400),
+    ("MAX_ATTEMPTS", 10**9), ("BATCH_SIZE", 10**9), ("MAX_PAYLOAD_BYTES", 2**40),
+    ("PUBLISH_BATCH_SIZE", 10**6), ("PARTITIONS", 4096),
+])
+def test_the_largest_accepted_value_passes(name, value):
+    assert errors_for({name: value}) == []
+
+
+@pytest.mark.parametrize(("name", "value", "check_id"), [
+    ("POLL_INTERVAL", 365 * 86400 + 1, "sqlqueue.E002"),
+    ("VISIBILITY_TIMEOUT", 365 * 86400 + 0.5, "sqlqueue.E004"),
+    ("GROUP_RETENTION", 365 * 86400 + 1, "sqlqueue.E021"),
+])
+def test_a_duration_over_a_year_is_refused_naming_the_limit(name, value, check_id):
+    [error] = errors_for({name: value})
+
+    assert error.id == check_id
+    assert "at most 31536000 (a year)" in error.msg
+
+
+def test_a_lease_of_a_day_passes_and_a_longer_one_is_e006():
+    # A worker bounds its idle transactions by the lease, and PostgreSQL takes at most
+    # 24.8 days for that bound.
+    assert errors_for({"LEASE_DURATION": 86400, "RENEW_INTERVAL": 3600}) == []
+    [error] = errors_for({"LEASE_DURATION": 86401, "RENEW_INTERVAL": 3600})
+
+    assert error.id == "sqlqueue.E006"
+    assert "at most 86400 (a day)" in error.msg
+
+
+def test_the_shortest_timings_in_use_stay_valid():
+    assert errors_for({"POLL_INTERVAL": 0.05, "GC_INTERVAL": 1, "SHUTDOWN_GRACE": 2,
+                       "LEASE_DURATION": 6, "RENEW_INTERVAL": 2, "VISIBILITY_TIMEOUT": 0.5,
+                       "MAX_HANDLER_TIME": 0.5, "GROUP_RETENTION": 0.5}) == []
+
+
+@pytest.mark.parametrize("value", ["_dlq\n", "\n", ".dlq\n"])
+def test_a_dlq_suffix_ending_in_a_line_break_is_e008(value):
+    assert ids_for({"DLQ_SUFFIX": value}) == ["sqlqueue.E008"]
+
+
+def test_keys_of_any_type_are_reported_as_unknown_without_failing():
+    [error] = errors_for({1: 2, None: 3, ("POLL_INTERVAL",): 4, "POLL_INTERVAL": 0.5})
+
+    assert error.id == "sqlqueue.E001"
+    assert "1" in error.msg and "None" in error.msg and "('POLL_INTERVAL',)" in error.msg
+
+
+@pytest.mark.parametrize("topic", ["orders\n", "x" * 256, 7, None])
+def test_a_topics_key_that_cannot_be_a_topic_is_e015(topic):
+    assert ids_for({"TOPICS": {topic: {"PARTITIONS": 4}}}) == ["sqlqueue.E015"]
 
 
 def test_every_bad_value_is_reported_at_once():

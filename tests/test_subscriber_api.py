@@ -57,12 +57,17 @@ def registered() -> dict[tuple[str, str], Subscription]:
         (TOPIC, "g", {"visibility_timeout": 0}, ["visibility_timeout", "0"]),
         (TOPIC, "g", {"visibility_timeout": -1.0}, ["visibility_timeout", "-1.0"]),
         (TOPIC, "g", {"backoff": 5}, ["backoff", "delay"]),
+        (TOPIC, "billing\n", {}, ["group", "'billing\\n'"]),
+        (TOPIC, "g", {"visibility_timeout": float("nan")}, ["visibility_timeout", "nan"]),
+        (TOPIC, "g", {"visibility_timeout": float("inf")}, ["visibility_timeout", "inf"]),
+        (TOPIC, "g", {"visibility_timeout": 1e300}, ["visibility_timeout", "a year"]),
     ],
     ids=[
         "empty-topic", "topic-with-space", "long-topic", "topic-not-str", "empty-group",
         "group-with-space", "reserved-group", "long-group", "max_attempts-0",
         "max_attempts-float", "batch_size-0", "batch_size-bool", "visibility_timeout-0",
-        "visibility_timeout-negative", "backoff-without-delay",
+        "visibility_timeout-negative", "backoff-without-delay", "group-with-line-break",
+        "visibility_timeout-nan", "visibility_timeout-infinite", "visibility_timeout-huge",
     ],
 )
 def test_subscriber_rejects_a_bad_option_naming_it(topic, group, options, names):
@@ -155,7 +160,7 @@ def a_message() -> sqlqueue.Message:
     )
 
 
-@pytest.mark.parametrize("seconds", [0, -1, 0.0, True, "5", None])
+@pytest.mark.parametrize("seconds", [0, -1, 0.0, True, "5", None, float("nan"), float("inf"), 1e300])
 def test_extend_visibility_needs_positive_seconds(seconds):
     with pytest.raises(ValueError, match="seconds > 0"):
         a_message().extend_visibility(seconds)

@@ -7,6 +7,8 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
+from ..conf import MAX_SECONDS, is_seconds
+
 if TYPE_CHECKING:
     from ..models.messages import MessageRow
 
@@ -59,8 +61,9 @@ class Message:
         For long work: it does not count as a retry. Raises LeaseLost if the worker no
         longer owns the partition.
         """
-        if not isinstance(seconds, int | float) or isinstance(seconds, bool) or seconds <= 0:
-            raise ValueError(f"extend_visibility needs a number of seconds > 0, got {seconds!r}")
+        if not is_seconds(seconds):
+            raise ValueError(f"extend_visibility needs a number of seconds > 0, at most "
+                             f"{MAX_SECONDS:.0f} (a year), got {seconds!r}")
         if self._extend is None:
             raise RuntimeError("this Message was not delivered by a worker")
         self._extend(float(seconds))

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, TypeVar
 from django.apps import apps
 from django.utils.module_loading import module_has_submodule
 
-from ..conf import get_settings
+from ..conf import MAX_SECONDS, get_settings, is_seconds
 from ..exceptions import ConfigurationError
 from ..models.fields import GROUP_LENGTH
 from ..publishing import validate_topic
@@ -22,7 +22,7 @@ if TYPE_CHECKING:
 
 Handler = Callable[["Message"], object]
 H = TypeVar("H", bound=Handler)
-_GROUP_RE = re.compile(r"^[A-Za-z0-9._-]+$")
+_GROUP_RE = re.compile(r"[A-Za-z0-9._-]+")  # the whole name: use fullmatch
 
 
 @dataclass(frozen=True)
@@ -73,7 +73,7 @@ def subscriber(
     except ValueError as exc:
         raise ConfigurationError(f"@subscriber: {exc}") from exc
     if not isinstance(group, str) or not group or len(group) > GROUP_LENGTH \
-            or not _GROUP_RE.match(group) or group.startswith("__"):
+            or not _GROUP_RE.fullmatch(group) or group.startswith("__"):
         raise ConfigurationError(
             f"@subscriber: group must be 1-{GROUP_LENGTH} characters from [A-Za-z0-9._-] "
             f"not starting with '__', got {group!r}"
@@ -86,10 +86,10 @@ def subscriber(
         raise ConfigurationError(f"@subscriber: max_attempts must be an int >= 1, got {max_attempts!r}")
     if not isinstance(batch_size, int) or isinstance(batch_size, bool) or batch_size < 1:
         raise ConfigurationError(f"@subscriber: batch_size must be an int >= 1, got {batch_size!r}")
-    if not isinstance(visibility_timeout, int | float) or isinstance(visibility_timeout, bool) \
-            or visibility_timeout <= 0:
+    if not is_seconds(visibility_timeout):
         raise ConfigurationError(
-            f"@subscriber: visibility_timeout must be seconds > 0, got {visibility_timeout!r}"
+            f"@subscriber: visibility_timeout must be seconds > 0, at most {MAX_SECONDS:.0f} "
+            f"(a year), got {visibility_timeout!r}"
         )
     if backoff is not None and not callable(getattr(backoff, "delay", None)):
         raise ConfigurationError("@subscriber: backoff must have a delay(attempt) method")
