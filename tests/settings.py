@@ -118,7 +118,8 @@ SQLQUEUE: dict[str, object] = {
     # workers share it 4/4/4; "slow" has one, so one worker holds all of it;
     "PARTITIONS": 4,
     # "keyed" has one, so every key of it shares a partition.
-    "TOPICS": {"orders": {"PARTITIONS": 12}, "slow": {"PARTITIONS": 1},
+    # "stuck" has two, so a worker that gives one away keeps the other.
+    "TOPICS": {"orders": {"PARTITIONS": 12}, "slow": {"PARTITIONS": 1}, "stuck": {"PARTITIONS": 2},
                "keyed": {"PARTITIONS": 1}},
 }
 if _overrides := os.environ.get("SQLQUEUE_TEST_SETTINGS"):

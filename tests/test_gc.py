@@ -21,7 +21,8 @@ from django_sqlqueue.models import (
 )
 from django_sqlqueue.partitioning import partition_for
 from django_sqlqueue.sequencing import sequence_all
-from django_sqlqueue.worker.collector import collect_garbage
+from django_sqlqueue.worker.collector import GarbageCollector, collect_garbage
+from tests.worker_harness import end_sessions, other_sessions, wait_until
 
 pytestmark = pytest.mark.django_db
 
@@ -242,3 +243,20 @@ def test_forget_with_nothing_to_forget_is_one_line(args, message):
         forget(*args)
     assert caught.value.returncode == 2
     assert str(caught.value) == message
+
+
+@pytest.mark.skipif(connection.vendor == "sqlite", reason="SQLite has no sessions to end")
+@pytest.mark.django_db(transaction=True)
+def test_gc_goes_on_collecting_after_its_connection_was_lost():
+    """A database restart ends the GC thread's session: it must open a new one."""
+    collector = GarbageCollector(["orders"], {}, "default", interval=0.1, retention=None)
+    set_watermark("billing", "k", publish_sequenced(3)[-1])
+    collector.start()
+    try:
+        wait_until(lambda: not remaining(), what="the first collection")
+        assert end_sessions(other_sessions()) == 1  # the GC thread's
+        set_watermark("billing", "k", publish_sequenced(3)[-1])
+        wait_until(lambda: not remaining(), timeout=10,
+                   what="a collection after the connection was lost")
+    finally:
+        collector.stop()

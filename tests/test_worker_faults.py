@@ -12,6 +12,7 @@ import django_sqlqueue as sqlqueue
 from django_sqlqueue.models import QueueMessage
 from tests.testapp.models import Handled
 from tests.worker_harness import (
+    TcpForwarder,
     end_sessions,
     other_sessions,
     partition_heads,
@@ -96,3 +97,28 @@ def test_retry_with_a_delay_redelivers_after_that_delay(workers):
     # Redelivered when the delay ran out, not after the visibility timeout (5 s).
     assert waited < 0.4 + 2.0
     assert Handled.objects.filter(offset=message.offset).count() == 2
+
+
+@pytest.mark.skipif(connection.vendor == "sqlite", reason="SQLite has no server to wait for")
+def test_a_worker_started_while_the_database_is_down_waits_for_it(workers):
+    """A supervisor restarts everything at once after an outage: the worker must not die
+    in its start-up checks because the server is not back yet."""
+    db = connection.settings_dict
+    forwarder = TcpForwarder(str(db.get("HOST") or "127.0.0.1"),
+                             int(db.get("PORT") or (3306 if connection.vendor == "mysql" else 5432)))
+    scheme = "mysql" if connection.vendor == "mysql" else "postgres"
+    user = db.get("USER") or ("root" if connection.vendor == "mysql" else "postgres")
+    url = f"{scheme}://{user}@127.0.0.1:{forwarder.port}/{db['NAME']}"
+    worker = workers.start("late-db", "--topic", "orders", extra_env={"DATABASE_URL": url})
+    try:
+        wait_until(lambda: "step=connect transient database error" in worker.stderr,
+                   what="the worker noticing the database is down", watch=[worker])
+        message = sqlqueue.publish("orders", {"n": 1}, key="late")
+        forwarder.start()
+        wait_until(lambda: Handled.objects.filter(offset=message.offset).exists(), timeout=30,
+                   what="the message handled once the database answers", watch=[worker])
+        assert "Traceback" not in worker.stderr
+    finally:
+        worker.terminate()
+        worker.wait_exit(timeout=15)
+        forwarder.stop()

@@ -218,3 +218,40 @@ def test_gc_meeting_a_row_another_transaction_holds_stalls_nothing(workers):
     wait_until(lambda: not QueueMessage.objects.filter(offset=first[0].offset).exists(),
                what="the row collected once free", watch=[worker])
     assert Handled.objects.filter(topic="manykeys").count() == 50
+
+
+def keys_of_each_partition(topic: str, partitions: int, prefix: str) -> list[str]:
+    """One key per partition of ``topic``, in partition order."""
+    from django_sqlqueue.partitioning import partition_for
+
+    found: dict[int, str] = {}
+    n = 0
+    while len(found) < partitions:
+        key = f"{prefix}{n}"
+        found.setdefault(partition_for(key, partitions), key)
+        n += 1
+    return [found[p] for p in range(partitions)]
+
+
+def test_a_hung_handler_does_not_keep_a_partition_being_handed_over(workers):
+    """A worker asked to give a partition away (a peer joined) waits for its handlers;
+    one hung past MAX_HANDLER_TIME must not make it keep the partition for good."""
+    fast = {"MAX_HANDLER_TIME": 1.0, "VISIBILITY_TIMEOUT": 2.0}
+    first = workers.start("stuck-a", "--topic", "stuck", settings=fast)
+    hung = [sqlqueue.publish("stuck", {"hang": 60}, key=key)
+            for key in keys_of_each_partition("stuck", 2, "hung-")]  # one in each partition
+    wait_until(lambda: all(attempts(m.offset) for m in hung), what="both hung handlers",
+               watch=[first])
+    second = workers.start("stuck-b", "--topic", "stuck", settings=fast)
+
+    # The partition given away reaches the peer once its hung handler is given up on.
+    wait_until(lambda: second.leases() == 1, timeout=20,
+               what="the peer taking the partition given away", watch=[first, second])
+    later = sqlqueue.publish_many("stuck", [{"payload": {"n": n}, "key": key}
+                                            for n, key in enumerate(
+                                                keys_of_each_partition("stuck", 2, "later-") * 3)])
+    wait_until(lambda: handled("stuck") >= {m.offset for m in later}, timeout=20,
+               what="the later messages of both partitions", watch=[first, second])
+    wait_until(lambda: any(attempts(m.offset) == [1, 2] for m in hung), timeout=15,
+               what="the hung message of the handed-over partition redelivered",
+               watch=[first, second])

@@ -12,6 +12,7 @@ which pytest shows when the test failed.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -385,3 +386,62 @@ def idle_transactions() -> int:
         else:
             raise NotImplementedError("SQLite has no other sessions to inspect")
         return int(cursor.fetchone()[0])
+
+
+# --------------------------------------------------------------------------- a late server
+
+
+class TcpForwarder:
+    """Forwards connections from a local port to the database server, once started: until
+    then the port refuses connections, as a server that is down does."""
+
+    def __init__(self, target_host: str, target_port: int) -> None:
+        import socket
+
+        self.target = (target_host, target_port)
+        probe = socket.socket()
+        probe.bind(("127.0.0.1", 0))
+        self.port = int(probe.getsockname()[1])
+        probe.close()
+        self._listener: Any = None
+        self._sockets: list[Any] = []
+
+    def start(self) -> None:
+        import socket
+        import threading
+
+        self._listener = socket.create_server(("127.0.0.1", self.port))
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        import socket
+        import threading
+
+        while True:
+            try:
+                client, _ = self._listener.accept()
+            except OSError:
+                return
+            server = socket.create_connection(self.target)
+            self._sockets += [client, server]
+            for a, b in ((client, server), (server, client)):
+                threading.Thread(target=self._pipe, args=(a, b), daemon=True).start()
+
+    @staticmethod
+    def _pipe(source: Any, sink: Any) -> None:
+        try:
+            while data := source.recv(65536):
+                sink.sendall(data)
+        except OSError:
+            pass
+        finally:
+            for s in (source, sink):
+                with contextlib.suppress(OSError):
+                    s.shutdown(2)
+
+    def stop(self) -> None:
+        if self._listener is not None:
+            self._listener.close()
+        for s in self._sockets:
+            with contextlib.suppress(OSError):
+                s.close()

@@ -192,3 +192,11 @@ def collected_under_its_feet(message: sqlqueue.Message) -> None:
     record(message)
     QueueMessage.objects.filter(offset=message.offset).delete()
     raise sqlqueue.DeadLetter("gone")
+
+
+@sqlqueue.subscriber("stuck", group="billing", backoff=FAST_RETRY)
+def hangs_on_its_first_attempt(message: sqlqueue.Message) -> None:
+    """Hangs for payload["hang"] seconds on the first attempt; later attempts return."""
+    record(message)
+    if message.attempt == 1:
+        time.sleep(float(message.payload.get("hang", 0)))
