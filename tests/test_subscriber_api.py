@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import gc
+import logging
+import warnings
 from collections.abc import Iterator
 from datetime import UTC, datetime
 
@@ -100,7 +103,7 @@ def test_the_same_function_may_handle_two_topic_group_pairs():
     assert decorated is handler
     subs = registered()
     assert set(subs) == {(TOPIC, "a"), (OTHER_TOPIC, "b")}
-    assert all(s.handler is handler for s in subs.values())
+    assert all(s.function is handler for s in subs.values())
 
 
 def test_one_function_may_serve_two_groups_of_one_topic():
@@ -117,7 +120,7 @@ def test_a_group_has_one_handler_per_topic():
         sqlqueue.subscriber(TOPIC, group="a")(other_handler)
 
     assert "'a'" in str(caught.value) and repr(TOPIC) in str(caught.value)
-    assert registered()[(TOPIC, "a")].handler is handler
+    assert registered()[(TOPIC, "a")].function is handler
 
 
 def test_registering_the_same_function_again_is_harmless():
@@ -181,3 +184,46 @@ def test_retry_keeps_its_delay_and_reason():
     assert (sqlqueue.Retry().delay, sqlqueue.Retry(delay=0).delay) == (None, 0)
     retry = sqlqueue.Retry(delay=2.5, reason="rate limited")
     assert (retry.delay, retry.reason, str(retry)) == (2.5, "rate limited", "rate limited")
+
+
+# --------------------------------------------------------------------------- what a handler returns
+
+
+def test_an_async_handler_is_refused_when_it_is_registered():
+    async def handle(message: sqlqueue.Message) -> None:
+        pass
+
+    with pytest.raises(sqlqueue.ConfigurationError, match="async function.*never awaited"):
+        sqlqueue.subscriber(TOPIC, group="a")(handle)
+    assert registered() == {}
+
+
+def test_a_returned_value_is_ignored_with_one_warning_per_subscription(caplog):
+    def returns_true(message: sqlqueue.Message) -> bool:
+        return True
+
+    sqlqueue.subscriber(TOPIC, group="a")(returns_true)
+    run = registered()[(TOPIC, "a")].handler
+
+    with caplog.at_level(logging.WARNING, logger="django_sqlqueue.worker"):
+        assert run(a_message()) is None
+        assert run(a_message()) is None
+
+    [record] = [r for r in caplog.records if "returned a value" in r.getMessage()]
+    assert f"topic={TOPIC} group=a" in record.getMessage()
+    assert "returns_true" in record.getMessage() and "type=bool" in record.getMessage()
+
+
+def test_a_returned_coroutine_fails_the_message_and_is_closed_unawaited():
+    async def work() -> None:
+        raise AssertionError("never runs")
+
+    def starts_work(message: sqlqueue.Message):
+        return work()
+
+    sqlqueue.subscriber(TOPIC, group="a")(starts_work)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # "coroutine ... was never awaited" would fail here
+        with pytest.raises(TypeError, match="returned coroutine, which is never awaited"):
+            registered()[(TOPIC, "a")].handler(a_message())
+        gc.collect()

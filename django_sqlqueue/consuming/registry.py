@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import functools
+import inspect
+import logging
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -23,6 +26,7 @@ if TYPE_CHECKING:
 Handler = Callable[["Message"], object]
 H = TypeVar("H", bound=Handler)
 _GROUP_RE = re.compile(r"[A-Za-z0-9._-]+")  # the whole name: use fullmatch
+logger = logging.getLogger("django_sqlqueue.worker")
 
 
 @dataclass(frozen=True)
@@ -31,7 +35,7 @@ class Subscription:
 
     topic: str
     group: str
-    handler: Handler
+    handler: Handler  # what the worker calls: the decorated function, its result checked
     max_attempts: int
     visibility_timeout: float
     batch_size: int
@@ -44,9 +48,13 @@ class Subscription:
         return self.batch_size == 1
 
     @property
+    def function(self) -> Handler:
+        """The decorated function, as written."""
+        return getattr(self.handler, "__wrapped__", self.handler)
+
+    @property
     def name(self) -> str:
-        handler = self.handler
-        return f"{getattr(handler, '__module__', '?')}.{getattr(handler, '__qualname__', handler)}"
+        return _name_of(self.function)
 
 
 _registry: dict[tuple[str, str], Subscription] = {}
@@ -97,6 +105,11 @@ def subscriber(
     def register(handler: H) -> H:
         if not callable(handler):
             raise ConfigurationError(f"@subscriber must decorate a callable, got {handler!r}")
+        if inspect.iscoroutinefunction(handler):
+            raise ConfigurationError(
+                f"@subscriber: {_name_of(handler)} is an async function; handlers are plain "
+                "functions, run in the worker's threads and never awaited"
+            )
         existing = _registry.get((topic, group))
         if existing is not None and existing.name != _name_of(handler):
             raise ConfigurationError(
@@ -104,7 +117,8 @@ def subscriber(
                 f"({existing.name}); a group has one handler per topic"
             )
         _registry[(topic, group)] = Subscription(
-            topic=topic, group=group, handler=handler, max_attempts=max_attempts,
+            topic=topic, group=group, handler=_checking_result(handler, topic, group),
+            max_attempts=max_attempts,
             visibility_timeout=float(visibility_timeout), batch_size=batch_size,
             backoff=backoff or ExponentialBackoff(), auto_extend=auto_extend,
         )
@@ -115,6 +129,41 @@ def subscriber(
 
 def _name_of(handler: Handler) -> str:
     return f"{getattr(handler, '__module__', '?')}.{getattr(handler, '__qualname__', handler)}"
+
+
+def _checking_result(function: Handler, topic: str, group: str) -> Handler:
+    """``function`` as the worker runs it: returning acks, whatever is returned.
+
+    A returned value is ignored, with a warning the first time each subscription returns
+    one (a handler that returns False to say "failed" would otherwise be acked silently;
+    raising is how a handler fails). A returned awaitable is an error, though: the work it
+    stands for never ran, so the message must not be acked.
+    """
+    warned = False
+
+    @functools.wraps(function)
+    def handler(message: Message) -> None:
+        nonlocal warned
+        result = function(message)
+        if result is None:
+            return
+        if inspect.isawaitable(result):
+            close = getattr(result, "close", None)
+            if callable(close):
+                close()  # a coroutine that never ran would warn when it is collected
+            raise TypeError(
+                f"{_name_of(function)} returned {type(result).__name__}, which is never "
+                "awaited: handlers must do their work before they return"
+            )
+        if not warned:
+            warned = True
+            logger.warning(
+                "handler returned a value, which is ignored: the message is acked; raise to "
+                "fail it (logged once per subscription) topic=%s group=%s handler=%s type=%s",
+                topic, group, _name_of(function), type(result).__name__,
+            )
+
+    return handler
 
 
 def autodiscover() -> None:

@@ -200,3 +200,57 @@ def hangs_on_its_first_attempt(message: sqlqueue.Message) -> None:
     record(message)
     if message.attempt == 1:
         time.sleep(float(message.payload.get("hang", 0)))
+
+
+# ------------------------------------------------------------------ handlers that misbehave
+# towards the worker itself: a return value, their own database connection.
+
+
+@sqlqueue.subscriber("returning", group="billing", backoff=FAST_RETRY)
+def returns_a_value(message: sqlqueue.Message) -> object:
+    """Returns payload["return"], which is not None: the message is still acked."""
+    record(message)
+    return message.payload["return"]
+
+
+def _end_own_session() -> None:
+    """End this thread's database session the way an operator (or a failover) would: KILL
+    on MariaDB/MySQL, pg_terminate_backend on PostgreSQL. On SQLite, which has no server,
+    close the file handle under Django. Django is not told; its next use of the
+    connection fails."""
+    from django.db import DatabaseError, connection
+
+    if connection.vendor == "sqlite":
+        connection.ensure_connection()
+        connection.connection.close()
+        return
+    with connection.cursor() as cursor:
+        try:
+            if connection.vendor == "postgresql":
+                cursor.execute("SELECT pg_terminate_backend(pg_backend_pid())")
+            else:
+                cursor.execute("SELECT CONNECTION_ID()")
+                cursor.execute(f"KILL {int(cursor.fetchone()[0])}")
+        except DatabaseError:
+            pass  # the statement that ends the session fails with it
+
+
+@sqlqueue.subscriber("severed", group="billing", backoff=FAST_RETRY)
+def severs_its_own_connection(message: sqlqueue.Message) -> None:
+    """payload["mode"]: "close" closes the connection and goes on (Django reconnects);
+    "kill" ends the session on the first attempt and then uses it (so that attempt fails);
+    "kill-and-return" records, ends the session and returns; anything else just records."""
+    from django.db import connection
+
+    mode = message.payload.get("mode") if isinstance(message.payload, dict) else None
+    if mode == "close":
+        connection.close()
+        record(message)
+    elif mode == "kill" and message.attempt == 1:
+        _end_own_session()
+        record(message)  # fails: the session is gone
+    elif mode == "kill-and-return":
+        record(message)
+        _end_own_session()
+    else:
+        record(message)
