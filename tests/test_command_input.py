@@ -120,6 +120,61 @@ def test_a_bad_partition_count_on_the_command_line_is_one_line():
     assert line == "CommandError: --partitions must be a whole number from 1 to 4096, got '1e3'"
 
 
+# --------------------------------------------------------------------------- runqueueworker
+
+
+@pytest.mark.parametrize("concurrency", [
+    "0", "-1", "1001", "99999999999999999999", "1e3", "2.5", "", " ", "four", "\u0664",
+])
+def test_runqueueworker_refuses_a_concurrency_that_is_not_1_to_1000(concurrency):
+    error = refused("runqueueworker", "--concurrency", concurrency)
+
+    assert "--concurrency must be a whole number from 1 to 1000" in str(error)
+
+
+@pytest.mark.parametrize(("name", "needle"), [
+    ("", "must not be empty"), ("   ", "must not be empty"),
+    ("w" * 256, "256 characters long; the limit is 255"),
+    ("worker\n2", "printable"), ("w\x00", "printable"), ("w\udcff", "printable"),
+    ("tab\there", "printable"),
+])
+def test_runqueueworker_refuses_a_name_it_could_not_store_or_log_on_one_line(name, needle):
+    error = refused("runqueueworker", "--name", name)
+
+    assert "--name" in str(error) and needle in str(error)
+
+
+@pytest.mark.parametrize(("args", "needle"), [
+    (["--group", "bill\ning"], "unknown group(s): 'bill\\ning'"),
+    (["--topic", "t\udcff"], "unknown topic(s): 't\\udcff'"),
+    (["--group", "billing", "--topic", "poison_dlq"], "no subscription matches both"),
+    (["--database", "nope"], "unknown database alias 'nope'"),
+    (["--concurrency"], "expected one argument"),
+    (["--burst", "yes"], "unrecognized arguments: yes"),
+])
+def test_runqueueworker_refuses_other_bad_options_in_one_line(args, needle):
+    error = refused("runqueueworker", *args)
+
+    assert needle in str(error)
+
+
+def test_the_largest_concurrency_and_a_unicode_name_pass_the_checks():
+    # Both are accepted: the command gets as far as its subscriptions, and an unknown
+    # group is what stops it here.
+    error = refused("runqueueworker", "--concurrency", "1000", "--name", "wörker-1 ☃",
+                    "--group", "nosuchgroup")
+
+    assert "unknown group(s): 'nosuchgroup'" in str(error)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_an_undecodable_worker_name_on_the_command_line_is_one_line_not_a_retry_loop():
+    line = one_error_line(run_bytes(b"--name", b"w\xff", command="runqueueworker"))
+
+    assert line == "CommandError: --name must be printable text, without control characters " \
+                   "or undecodable bytes, got 'w\\udcff'"
+
+
 # --------------------------------------------------------------------------- settings
 
 

@@ -38,7 +38,7 @@ def the_error_line(result: subprocess.CompletedProcess[str], *needles: str) -> s
 @pytest.mark.parametrize(
     ("args", "needles"),
     [
-        (["--concurrency", "0"], ["--concurrency", "'0'", ">= 1"]),
+        (["--concurrency", "0"], ["--concurrency", "'0'", "from 1 to 1000"]),
         (["--concurrency", "abc"], ["--concurrency", "'abc'", "whole number"]),
         (["--group", "nosuchgroup"], ["unknown group", "nosuchgroup", "billing"]),
         (["--topic", "nosuchtopic"], ["unknown topic", "nosuchtopic", "orders"]),

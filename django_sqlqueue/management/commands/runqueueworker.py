@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 import os
 import sys
-from argparse import ArgumentParser, ArgumentTypeError
+from argparse import ArgumentParser
 from typing import Any, NoReturn
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
@@ -17,15 +17,11 @@ from django_sqlqueue.models.fields import SUBSCRIBER_NAME_LENGTH
 from django_sqlqueue.worker.faults import wait_for_database
 from django_sqlqueue.worker.process import EXIT_HANDLERS_ABANDONED, Worker
 
-
-def positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise ArgumentTypeError(f"expected a whole number >= 1, got {text!r}") from None
-    if value < 1:
-        raise ArgumentTypeError(f"expected a whole number >= 1, got {text!r}")
-    return value
+USAGE_ERROR = 2  # exit status for bad options, as argparse uses
+# Handler threads per worker. Each may hold a database connection of its own, and more than
+# this is over any server's default connection limit (MariaDB 151, PostgreSQL 100): run
+# more workers instead.
+MAX_CONCURRENCY = 1000
 
 
 class Command(BaseCommand):
@@ -37,9 +33,9 @@ class Command(BaseCommand):
 
         def error(message: str) -> NoReturn:
             if not parser.called_from_command_line:
-                raise CommandError(f"Error: {message}")
+                raise CommandError(f"Error: {message}", returncode=USAGE_ERROR)
             sys.stderr.write(f"runqueueworker: error: {message} (see --help)\n")
-            sys.exit(2)
+            sys.exit(USAGE_ERROR)
 
         parser.error = error  # type: ignore[method-assign]
         return parser
@@ -51,8 +47,10 @@ class Command(BaseCommand):
                             help="Only run subscriptions to this topic (repeatable).")
         parser.add_argument("--name", default=None,
                             help="Subscriber name, unique per worker (default: host:pid).")
-        parser.add_argument("--concurrency", type=positive_int, default=4,
-                            help="Handler threads (default: 4).")
+        # A string, checked in handle(), so a bad value gets the same one-line error from
+        # call_command() as from the command line.
+        parser.add_argument("--concurrency", default="4", metavar="N",
+                            help=f"Handler threads, 1 to {MAX_CONCURRENCY} (default: 4).")
         parser.add_argument("--burst", action="store_true",
                             help="Exit once no subscribed partition has a deliverable message.")
         parser.add_argument("--database", default="default",
@@ -72,13 +70,7 @@ class Command(BaseCommand):
         return super().execute(*args, **options)
 
     def handle(self, *args: Any, **options: Any) -> None:
-        if options["database"] not in connections:
-            raise CommandError(f"unknown database alias {options['database']!r}")
-        if options["name"] is not None and not options["name"].strip():
-            raise CommandError("--name must not be empty")
-        if options["name"] is not None and len(options["name"]) > SUBSCRIBER_NAME_LENGTH:
-            raise CommandError(f"--name is {len(options['name'])} characters long; the limit is "
-                               f"{SUBSCRIBER_NAME_LENGTH}")
+        concurrency = _check_options(options)
         try:
             autodiscover()
         except ConfigurationError as exc:
@@ -91,26 +83,29 @@ class Command(BaseCommand):
             )
         groups, topics = set(options["group"]), set(options["topic"])
         unknown_groups = groups - {s.group for s in selected}
+        # repr(): a name given on the command line may hold a line break or an undecodable
+        # byte, and the error stays one printable line.
         if unknown_groups:
             raise CommandError(
-                f"unknown group(s): {', '.join(sorted(unknown_groups))}; known: "
-                f"{', '.join(sorted({s.group for s in selected}))}"
+                f"unknown group(s): {', '.join(sorted(map(repr, unknown_groups)))}; known: "
+                f"{', '.join(sorted({s.group for s in selected}))}", returncode=USAGE_ERROR,
             )
         unknown_topics = topics - {s.topic for s in selected}
         if unknown_topics:
             raise CommandError(
-                f"unknown topic(s): {', '.join(sorted(unknown_topics))}; known: "
-                f"{', '.join(sorted({s.topic for s in selected}))}"
+                f"unknown topic(s): {', '.join(sorted(map(repr, unknown_topics)))}; known: "
+                f"{', '.join(sorted({s.topic for s in selected}))}", returncode=USAGE_ERROR,
             )
         selected = [
             s for s in selected
             if (not groups or s.group in groups) and (not topics or s.topic in topics)
         ]
         if not selected:
-            raise CommandError("no subscription matches both --group and --topic")
+            raise CommandError("no subscription matches both --group and --topic",
+                               returncode=USAGE_ERROR)
         _configure_logging(int(options["verbosity"]))
         worker = Worker(
-            selected, name=options["name"], concurrency=options["concurrency"],
+            selected, name=options["name"], concurrency=concurrency,
             burst=options["burst"], using=options["database"],
         )
         code = worker.run()
@@ -125,6 +120,31 @@ class Command(BaseCommand):
         if code:
             raise CommandError(worker.exit_reason or f"worker exited with status {code}",
                                returncode=code)
+
+
+def _check_options(options: dict[str, Any]) -> int:
+    """Refuse a bad --database, --name or --concurrency in one line; return the concurrency."""
+    if options["database"] not in connections:
+        raise CommandError(f"unknown database alias {options['database']!r}",
+                           returncode=USAGE_ERROR)
+    name = options["name"]
+    if name is not None and not name.strip():
+        raise CommandError("--name must not be empty", returncode=USAGE_ERROR)
+    if name is not None and len(name) > SUBSCRIBER_NAME_LENGTH:
+        raise CommandError(f"--name is {len(name)} characters long; the limit is "
+                           f"{SUBSCRIBER_NAME_LENGTH}", returncode=USAGE_ERROR)
+    if name is not None and not name.isprintable():
+        # A control character would split the worker's log lines, and a lone surrogate (an
+        # undecodable byte) or NUL cannot be stored: the worker would retry its first
+        # statement for ever.
+        raise CommandError(f"--name must be printable text, without control characters or "
+                           f"undecodable bytes, got {name!r}", returncode=USAGE_ERROR)
+    text = str(options["concurrency"]).strip()
+    concurrency = int(text) if text.isdecimal() and text.isascii() else 0
+    if not 1 <= concurrency <= MAX_CONCURRENCY:
+        raise CommandError(f"--concurrency must be a whole number from 1 to {MAX_CONCURRENCY}, "
+                           f"got {text!r}", returncode=USAGE_ERROR)
+    return concurrency
 
 
 def _configure_logging(verbosity: int) -> None:
