@@ -18,9 +18,9 @@ from django_sqlqueue.worker.faults import wait_for_database
 from django_sqlqueue.worker.process import EXIT_HANDLERS_ABANDONED, Worker
 
 USAGE_ERROR = 2  # exit status for bad options, as argparse uses
-# Handler threads per worker. Each may hold a database connection of its own, and more than
-# this is over any server's default connection limit (MariaDB 151, PostgreSQL 100): run
-# more workers instead.
+# Handler threads per worker. Each may hold a database connection of its own, and this is
+# already far over the servers' default connection limits (MariaDB 151, PostgreSQL 100);
+# a larger number is a typo. Run more workers instead.
 MAX_CONCURRENCY = 1000
 
 
