@@ -87,11 +87,13 @@ class Publisher:
                         stored = [sqlqueue.publish(TOPIC, m["payload"], key=m["key"], id=m["id"])
                                   for m in batch]
                     if duplicate is not None:
-                        # Whether the original is still in the log (GC has not collected
-                        # it): only then must the re-publish find it instead of a new row.
-                        existed = QueueMessage.objects.filter(
+                        # The stored row of this id, if GC has not collected it: then the
+                        # re-publish must find it instead of storing a new one. A locking
+                        # read, so GC cannot collect it between this read and the publish
+                        # (and a collection in progress is waited for, not read around).
+                        existed = QueueMessage.objects.select_for_update().filter(
                             topic=TOPIC, message_key=duplicate["key"],
-                            message_id=duplicate["id"]).exists()
+                            message_id=duplicate["id"]).values_list("offset", flat=True).first()
                         again = sqlqueue.publish(TOPIC, duplicate["payload"],
                                                  key=duplicate["key"], id=duplicate["id"])
                     if self.kind == "slow":

@@ -68,9 +68,9 @@ class Published:
     rolled_back: set[int] = field(default_factory=set)
     flags: dict[int, str] = field(default_factory=dict)
     offsets: dict[int, int] = field(default_factory=dict)  # number -> offset stored
-    # Re-publishes of committed ids: (number, original offset, offset publish returned,
-    # whether the original was still in the log just before).
-    republished: list[tuple[int, int, int, bool]] = field(default_factory=list)
+    # Re-publishes of committed ids: (number, first offset, offset publish returned, the
+    # offset of the row stored under that id just before, or None when GC had collected it).
+    republished: list[tuple[int, int, int, int | None]] = field(default_factory=list)
     retries: int = 0  # transactions retried after a database fault
 
     @property
@@ -280,11 +280,10 @@ def stored_twice(published: Published, runs: list[Run]) -> tuple[int, list[str]]
     a new message, as documented (the idempotency window ends at GC); any other second
     copy is a failure. Returns (re-published after GC, failures)."""
     failures = []
-    after_gc = {again for n, first, again, existed in published.republished
-                if again != first and not existed}
-    for n, first, again, existed in published.republished:
-        if again != first and existed:
-            failures.append(f"m{n}: re-published while offset {first} was in the log, "
+    after_gc = {again for n, first, again, existed in published.republished if existed is None}
+    for n, _, again, existed in published.republished:
+        if existed is not None and again != existed:
+            failures.append(f"m{n}: re-published while offset {existed} was in the log, "
                             f"stored again at {again}")
     seen: dict[int, set[int]] = defaultdict(set)
     for run in runs:
