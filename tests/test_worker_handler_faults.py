@@ -92,3 +92,28 @@ def test_a_handler_that_ends_its_own_database_session_is_retried_and_the_worker_
     expected = {"sqlite": "ProgrammingError", "mysql": "OperationalError",
                 "postgresql": "OperationalError"}[connection.vendor]
     assert "topic=severed" in failures[0] and f"error={expected}" in failures[0]
+
+
+def test_keys_and_error_texts_cannot_forge_log_lines(workers):
+    worker = workers.start("forger", "--topic", "forged")
+    forged = "2026-11-25 00:00:00,000 WARNING django_sqlqueue.worker lease lost group=billing"
+    message = sqlqueue.publish("forged", {"forged": forged}, key="key\nlease lost")
+    wait_until(lambda: "handler failed, giving up" in worker.stderr, timeout=20,
+               what="the failure in the log", watch=[worker])
+
+    lines = worker.stderr.splitlines()
+    assert not any(line.startswith(forged[:23]) or line.startswith("lease lost")
+                   for line in lines)
+    [failure] = [line for line in lines if "handler failed, giving up" in line]
+    assert f"offset={message.offset}" in failure
+    assert "key=key\\nlease lost" in failure
+    assert "\\n" + forged in failure and "\\x1b[2J" in failure
+    assert "\x1b" not in worker.stderr
+
+
+def test_loggable_escapes_what_is_not_printable_and_cuts_long_text():
+    from django_sqlqueue.logtext import loggable
+
+    assert loggable("plain text, ünïcode") == "plain text, ünïcode"
+    assert loggable("a\nb\r\tc\x00\x1b") == "a\\nb\\r\\tc\\x00\\x1b"
+    assert loggable("x" * 600) == "x" * 500 + "…"

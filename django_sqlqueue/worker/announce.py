@@ -15,6 +15,7 @@ from django.dispatch import Signal
 from .. import signals
 from ..consuming.message import Message
 from ..consuming.registry import Subscription
+from ..logtext import loggable
 
 logger = logging.getLogger("django_sqlqueue.worker")
 
@@ -25,7 +26,7 @@ def send(signal: Signal, name: str, message: Message, **kwargs: Any) -> None:
             logger.error(
                 "signal receiver failed signal=%s receiver=%s topic=%s offset=%s error=%s: %s",
                 name, getattr(receiver, "__qualname__", repr(receiver)), message.topic,
-                message.offset, type(result).__name__, " ".join(str(result).split())[:300],
+                message.offset, type(result).__name__, loggable(result, 300),
             )
 
 

@@ -25,6 +25,7 @@ from django.db import transaction
 
 from ..consuming.message import DeadLetterInfo, Message
 from ..db.errors import is_transient
+from ..logtext import loggable
 from ..models import ConsumerOffset, DeliveryState, PartitionLease, QueueMessage
 from ..models.delivery import Hold, MessageRef, ReadRow
 from ..models.messages import DeadLetterSource
@@ -204,7 +205,7 @@ class PollCycle:
                 "could not record a handler outcome (try %s of %s) group=%s topic=%s "
                 "partition=%s offset=%s error=%s: %s", outcome.failures, OUTCOME_ATTEMPTS,
                 partition.group, partition.topic, partition.number, entry.offset,
-                type(exc).__name__, " ".join(str(exc).split())[:300],
+                type(exc).__name__, loggable(" ".join(str(exc).split()), 300),
             )
             return False
         return True

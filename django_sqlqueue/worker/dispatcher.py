@@ -13,6 +13,7 @@ from django.db import close_old_connections
 from ..consuming.backoff import retry_delay
 from ..consuming.message import Message
 from ..exceptions import DeadLetter, Retry
+from ..logtext import loggable
 from ..models.fields import storable_error
 from .outcomes import Acked, DeadLettered, Outcome, Retried
 from .partitions import Ident, Partition
@@ -139,14 +140,14 @@ class Dispatcher:
         if message.attempt >= subscription.max_attempts:
             logger.warning(
                 "handler failed, giving up topic=%s group=%s key=%s offset=%s attempt=%s error=%s",
-                message.topic, message.group, message.key, message.offset, message.attempt,
-                error[:500],
+                message.topic, message.group, loggable(message.key), message.offset,
+                message.attempt, loggable(error),
             )
             self.outcomes.put(DeadLettered(partition, generation, message, error=error))
         else:
             logger.info(
                 "handler failed, retrying in %.2fs topic=%s group=%s key=%s offset=%s attempt=%s "
-                "error=%s", delay, message.topic, message.group, message.key, message.offset,
-                message.attempt, error[:500],
+                "error=%s", delay, message.topic, message.group, loggable(message.key),
+                message.offset, message.attempt, loggable(error),
             )
             self.outcomes.put(Retried(partition, generation, message, error=error, delay=delay))

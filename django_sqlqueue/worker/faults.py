@@ -11,6 +11,7 @@ from collections.abc import Callable
 from django.db import connections
 
 from ..db.errors import is_disconnect, is_transient
+from ..logtext import loggable
 
 logger = logging.getLogger("django_sqlqueue.worker")
 
@@ -55,8 +56,7 @@ class FaultBackoff:
 
 
 def _one_line(exc: BaseException) -> str:
-    text = f"{type(exc).__name__}: {exc}"
-    return " ".join(text.split())[:300]
+    return loggable(" ".join(f"{type(exc).__name__}: {exc}".split()), 300)
 
 
 def wait_for_database(using: str, sleep: Callable[[float], object] = time.sleep) -> None:

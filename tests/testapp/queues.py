@@ -254,3 +254,10 @@ def severs_its_own_connection(message: sqlqueue.Message) -> None:
         _end_own_session()
     else:
         record(message)
+
+
+@sqlqueue.subscriber("forged", group="billing", max_attempts=1, backoff=FAST_RETRY)
+def fails_with_a_line_break(message: sqlqueue.Message) -> None:
+    """Fails with an error text that would start a log line of its own, unescaped."""
+    record(message)
+    raise RuntimeError(f"no such order\n{message.payload['forged']}\x1b[2J")
