@@ -60,6 +60,37 @@ def _postgres_kwargs(db: Mapping[str, Any], dbname: str) -> dict[str, Any]:
     return kwargs
 
 
+def own_database(db: dict[str, Any], name: str, repo_root: Path,
+                 sqlite_timeout: int = 20) -> dict[str, Any]:
+    """``db`` (a DATABASES entry parsed from a URL) renamed to a database of its own,
+    ``name``: on MariaDB/MySQL and PostgreSQL a database of that name on the same server; on
+    SQLite ``<name>.sqlite3`` next to the configured file (or in ``.test-data``). The
+    benchmarks and the chaos run use it so they never touch anybody's data."""
+    engine = db["ENGINE"]
+    if engine == SQLITE:
+        configured = Path(str(db.get("NAME") or "")).expanduser()
+        folder = configured.parent if str(configured) not in ("", ".", ":memory:") \
+            else repo_root / ".test-data"
+        if not folder.is_absolute():
+            folder = repo_root / folder
+        db["NAME"] = str(folder / f"{name}.sqlite3")
+        db.setdefault("OPTIONS", {}).update({
+            # As docs/quickstart.md recommends for SQLite.
+            "transaction_mode": "IMMEDIATE",
+            "timeout": sqlite_timeout,
+            "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;",
+        })
+    elif engine == MYSQL:
+        db["NAME"] = name
+        # Django's default isolation level (READ COMMITTED) is what the library expects.
+        db.setdefault("OPTIONS", {}).update({"charset": "utf8mb4"})
+    elif engine == POSTGRES:
+        db["NAME"] = name
+    else:
+        raise RuntimeError(f"unsupported database engine {engine!r}")
+    return db
+
+
 def ensure_database(db: Mapping[str, Any]) -> bool:
     """Create the bench database if it does not exist; True when it was created."""
     kind = vendor(db)

@@ -17,6 +17,8 @@ from pathlib import Path
 
 import environ
 
+from benchmarks.database import own_database
+
 REPO_ROOT = Path(__file__).resolve().parent.parent
 BENCH_DB_NAME = "sqlqueue_bench"
 DEFAULT_DATABASE_URL = "mysql://root@127.0.0.1:3306/test"
@@ -39,30 +41,8 @@ INSTALLED_APPS = [
 
 def bench_database() -> dict[str, object]:
     """The DATABASES entry for $DATABASE_URL, with the bench database's name."""
-    db = env.db_url("DATABASE_URL", default=DEFAULT_DATABASE_URL)
-    engine = db["ENGINE"]
-    if engine == "django.db.backends.sqlite3":
-        configured = Path(str(db.get("NAME") or "")).expanduser()
-        folder = configured.parent if str(configured) not in ("", ".", ":memory:") \
-            else REPO_ROOT / ".test-data"
-        if not folder.is_absolute():
-            folder = REPO_ROOT / folder
-        db["NAME"] = str(folder / f"{BENCH_DB_NAME}.sqlite3")
-        db.setdefault("OPTIONS", {}).update({
-            # As docs/quickstart.md recommends for SQLite.
-            "transaction_mode": "IMMEDIATE",
-            "timeout": 20,
-            "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;",
-        })
-    elif engine == "django.db.backends.mysql":
-        db["NAME"] = BENCH_DB_NAME
-        # Django's default isolation level (READ COMMITTED) is what the library expects.
-        db.setdefault("OPTIONS", {}).update({"charset": "utf8mb4"})
-    elif engine == "django.db.backends.postgresql":
-        db["NAME"] = BENCH_DB_NAME
-    else:
-        raise RuntimeError(f"benchmarks: unsupported database engine {engine!r}")
-    return db
+    return own_database(env.db_url("DATABASE_URL", default=DEFAULT_DATABASE_URL),
+                        BENCH_DB_NAME, REPO_ROOT)
 
 
 DATABASES = {"default": bench_database()}

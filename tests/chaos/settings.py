@@ -11,6 +11,8 @@ from pathlib import Path
 
 import environ
 
+from benchmarks.database import own_database
+
 REPO_ROOT = Path(__file__).resolve().parent.parent.parent
 CHAOS_DB_NAME = "sqlqueue_chaos"
 DEFAULT_DATABASE_URL = "mysql://root@127.0.0.1:3306/test"
@@ -35,28 +37,8 @@ INSTALLED_APPS = [
 
 def chaos_database() -> dict[str, object]:
     """The DATABASES entry for $DATABASE_URL, with the chaos run's own database name."""
-    db = env.db_url("DATABASE_URL", default=DEFAULT_DATABASE_URL)
-    engine = db["ENGINE"]
-    if engine == "django.db.backends.sqlite3":
-        configured = Path(str(db.get("NAME") or "")).expanduser()
-        folder = configured.parent if str(configured) not in ("", ".", ":memory:") \
-            else REPO_ROOT / ".test-data"
-        if not folder.is_absolute():
-            folder = REPO_ROOT / folder
-        db["NAME"] = str(folder / f"{CHAOS_DB_NAME}.sqlite3")
-        db.setdefault("OPTIONS", {}).update({
-            "transaction_mode": "IMMEDIATE",
-            "timeout": 30,
-            "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;",
-        })
-    elif engine == "django.db.backends.mysql":
-        db["NAME"] = CHAOS_DB_NAME
-        db.setdefault("OPTIONS", {}).update({"charset": "utf8mb4"})
-    elif engine == "django.db.backends.postgresql":
-        db["NAME"] = CHAOS_DB_NAME
-    else:
-        raise RuntimeError(f"chaos: unsupported database engine {engine!r}")
-    return db
+    return own_database(env.db_url("DATABASE_URL", default=DEFAULT_DATABASE_URL),
+                        CHAOS_DB_NAME, REPO_ROOT, sqlite_timeout=30)
 
 
 DATABASES = {"default": chaos_database()}
