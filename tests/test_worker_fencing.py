@@ -10,21 +10,21 @@ from __future__ import annotations
 
 import glob
 import os
-import random
 import signal
 import time
 
 import pytest
-from django.db import connection
+from django.db import connection, transaction
 
 import django_sqlqueue as sqlqueue
-from django_sqlqueue.models import PartitionLease
+from django_sqlqueue.models import ConsumerOffset, PartitionLease
 from tests.testapp.models import Handled
 from tests.worker_harness import (
     idle_transactions,
     lease_counts,
     partition_of,
     position_of,
+    sessions_blocked_updating,
     wait_stable,
     wait_until,
     watermark,
@@ -136,19 +136,17 @@ def test_a_worker_frozen_inside_its_poll_transaction_loses_its_partitions_after_
     frozen = workers.start("frozen", "--topic", "spread", settings=FAST_LEASES)
     wait_until(lambda: Handled.objects.filter(topic="spread").count() >= 50,
                what="the worker busy", watch=[frozen])
-    # Freeze it until it is caught with a transaction open (a poll cycle, usually), keeping
-    # it busy meanwhile: an idle worker runs no cycles to be caught in.
-    for attempt in range(600):
+    # Catch it inside its poll transaction: hold the rows its cycle writes last (the
+    # group's watermarks), wait until the cycle waits for them, freeze the worker, then let
+    # go. Its statement completes, and its transaction stays open with the lease rows it
+    # share-locked, as when a process freezes between two statements.
+    with transaction.atomic():
+        list(ConsumerOffset.objects.select_for_update().filter(topic="spread",
+                                                               consumer_group="pool"))
+        wait_until(lambda: sessions_blocked_updating("queue_offsets"),
+                   what="the worker's cycle waiting for its watermarks", watch=[frozen])
         frozen.send(signal.SIGSTOP)
-        time.sleep(0.05)
-        if idle_transactions():
-            break
-        frozen.send(signal.SIGCONT)
-        if attempt % 10 == 9:
-            sqlqueue.publish_many("spread", [{"payload": {"n": n}} for n in range(300)])
-        time.sleep(random.uniform(0.002, 0.03))
-    else:
-        pytest.fail("never caught the worker inside a transaction")
+    wait_until(idle_transactions, timeout=5, what="the frozen worker's open transaction")
     try:
         other = workers.start("other", "--topic", "spread", settings=FAST_LEASES)
         leases = PartitionLease.objects.filter(topic="spread", consumer_group="pool")

@@ -368,6 +368,27 @@ def other_sessions() -> list[int]:
         return [int(row[0]) for row in cursor.fetchall()]
 
 
+def sessions_blocked_updating(table: str) -> int:
+    """Other sessions on the test database waiting for a row lock: any on PostgreSQL,
+    those stuck in an UPDATE of ``table`` on MariaDB (which reports a lock wait only as a
+    long-running statement)."""
+    with connection.cursor() as cursor:
+        if connection.vendor == "postgresql":
+            cursor.execute(
+                "SELECT COUNT(*) FROM pg_stat_activity WHERE datname = current_database() "
+                "AND pid <> pg_backend_pid() AND wait_event_type = 'Lock'"
+            )
+        elif connection.vendor == "mysql":
+            cursor.execute(
+                "SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE db = DATABASE() "
+                "AND id <> CONNECTION_ID() AND info LIKE %s AND time_ms > 200",
+                [f"UPDATE%{table}%"],
+            )
+        else:
+            raise NotImplementedError("SQLite has no other sessions to inspect")
+        return int(cursor.fetchone()[0])
+
+
 def idle_transactions() -> int:
     """Other sessions on the test database with a transaction open and no statement
     running: what a worker frozen inside a transaction leaves (PostgreSQL, MariaDB)."""
