@@ -20,6 +20,7 @@ from .conf import (
     raw_settings,
 )
 from .models.fields import TOPIC_LENGTH
+from .models.payload_search import FIELD_RE
 
 _NAME_RE = re.compile(r"[A-Za-z0-9._-]+")  # the whole name: use fullmatch
 
@@ -108,6 +109,7 @@ def check_settings(app_configs: Sequence[AppConfig] | None = None, **kwargs: Any
                 id=check_id,
             ))
     errors += _topic_errors(values["TOPICS"])
+    errors += _search_field_errors(values["SEARCH_FIELDS"])
     if errors:
         return errors
     if values["RENEW_INTERVAL"] >= values["LEASE_DURATION"]:
@@ -119,6 +121,21 @@ def check_settings(app_configs: Sequence[AppConfig] | None = None, **kwargs: Any
             id="sqlqueue.E013",
         ))
     return errors
+
+
+def _search_field_errors(fields: Any) -> list[CheckMessage]:
+    """``SEARCH_FIELDS`` lists top-level payload field names, e.g. ["customer_id"]."""
+    if (not isinstance(fields, list | tuple)
+            or not all(isinstance(f, str) and FIELD_RE.fullmatch(f) for f in fields)
+            or len({f.lower() for f in fields}) != len(fields)):
+        return [Error(
+            f"SQLQUEUE['SEARCH_FIELDS'] must be a list of distinct payload field names, got "
+            f"{fields!r}.",
+            hint="Names of letters, digits and '_' (not starting with a digit, at most 40), "
+            "e.g. ['customer_id', 'order_id'].",
+            id="sqlqueue.E080",
+        )]
+    return []
 
 
 def _topic_errors(topics: Any) -> list[CheckMessage]:

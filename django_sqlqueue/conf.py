@@ -48,6 +48,10 @@ DEFAULTS: dict[str, Any] = {
     "PARTITIONS": 16,
     # Per-topic options, e.g. {"orders": {"PARTITIONS": 64}}.
     "TOPICS": {},
+    # Top-level payload fields the admin's dead-letter search finds by exact value
+    # ("customer_id=42") through an index, created by `migrate`. Other fields are searched
+    # in the newest dead letters only.
+    "SEARCH_FIELDS": [],
 }
 
 MAX_PARTITIONS = 4096  # per topic; lease rows, watermarks and fair share count partitions
@@ -88,6 +92,7 @@ class QueueSettings:
     max_handler_time: float | None
     partitions: int
     topics: dict[str, dict[str, Any]]
+    search_fields: list[str]
 
     def partitions_for(self, topic: str) -> int:
         """The partition count configured for ``topic`` (the recorded count wins once a

@@ -121,6 +121,8 @@ SQLQUEUE: dict[str, object] = {
     # "stuck" has two, so a worker that gives one away keeps the other.
     "TOPICS": {"orders": {"PARTITIONS": 12}, "slow": {"PARTITIONS": 1}, "stuck": {"PARTITIONS": 2},
                "keyed": {"PARTITIONS": 1}},
+    # The admin's dead-letter search finds this payload field through an index.
+    "SEARCH_FIELDS": ["customer_id"],
 }
 if _overrides := os.environ.get("SQLQUEUE_TEST_SETTINGS"):
     SQLQUEUE.update(json.loads(_overrides))

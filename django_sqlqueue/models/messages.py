@@ -506,6 +506,17 @@ class QueueMessage(models.Model):
             # The sequencer finds unsequenced rows (position IS NULL) in offset order
             # without sorting the backlog.
             models.Index(fields=["position", "offset"], name="queue_msg_sequencing"),
+            # The admin's dead letters, newest first: every published message has
+            # failed_at = 0, so "failed_at > 0" is a range over the dead-letter copies alone,
+            # all of them or those of one original topic or one consumer group.
+            models.Index(fields=["failed_at", "offset"], name="queue_msg_dead_letters"),
+            models.Index(fields=["original_topic", "failed_at", "offset"],
+                         name="queue_msg_dl_topic"),
+            models.Index(fields=["consumer_group", "failed_at", "offset"],
+                         name="queue_msg_dl_group"),
+        ]
+        permissions = [
+            ("deliver_message", "Can make a waiting message deliverable now"),
         ]
 
     def __str__(self) -> str:

@@ -1,0 +1,6 @@
+"""The queue in Django's admin: dead letters, the log, partitions, subscribers, overview.
+
+Imported by ``django.contrib.admin``'s autodiscovery; nothing to register by hand.
+"""
+
+from . import dead_letters  # noqa: F401  (registers its ModelAdmin)

@@ -1,0 +1,123 @@
+"""The dead letters: Django's changelist over the log's dead-letter copies."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.contrib import admin
+from django.db.models import QuerySet
+from django.http import HttpRequest, HttpResponse
+from django.utils.safestring import SafeString
+
+from ..models import DeadLetter
+from . import display
+from .filters import ConsumerGroupFilter, FailedFilter, OriginalTopicFilter
+from .paginator import CappedPaginator
+from .search import search_dead_letters
+
+NOTES_ATTRIBUTE = "_sqlqueue_notes"  # where a request carries its search notes to the page
+
+
+@admin.register(DeadLetter)
+class DeadLetterAdmin(admin.ModelAdmin):
+    list_display = ("offset", "original_topic", "consumer_group", "key", "attempts",
+                    "error", "failed")
+    list_display_links = ("offset",)
+    list_filter = (OriginalTopicFilter, ConsumerGroupFilter, FailedFilter)
+    # The search box; get_search_results reads it its own way (see admin/search.py).
+    search_fields = ("message_key",)
+    search_help_text = ("An id (offset), a key, a message id, error text, or payload fields "
+                        "such as customer_id=42.")
+    ordering = ("-failed_at", "-offset")  # the queue_msg_dead_letters index, read backwards
+    sortable_by = ()  # every other order would sort the dead letters in full
+    paginator = CappedPaginator
+    show_full_result_count = False  # no COUNT(*) over every dead letter
+    list_per_page = 50
+    change_list_template = "admin/django_sqlqueue/change_list.html"
+    fieldsets = (
+        (None, {"fields": ("offset", "original_topic", "consumer_group", "key", "partition",
+                           "attempts", "failed", "published", "original", "copy_id")}),
+        ("Payload", {"fields": ("payload_pretty", "headers_pretty")}),
+        ("Error", {"fields": ("full_error",)}),
+    )
+    readonly_fields = ("offset", "original_topic", "consumer_group", "key", "partition",
+                       "attempts", "failed", "published", "original", "copy_id",
+                       "payload_pretty", "headers_pretty", "full_error")
+
+    # ----------------------------------------------------------------- read-only
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False  # discarding is an action with a permission of its own
+
+    # ----------------------------------------------------------------- search
+
+    def get_search_results(self, request: HttpRequest, queryset: QuerySet[Any],
+                           search_term: str) -> tuple[QuerySet[Any], bool]:
+        if not search_term.strip():
+            return queryset, False
+        queryset, notes = search_dead_letters(queryset, search_term)
+        getattr(request, NOTES_ATTRIBUTE, []).extend(notes.messages())
+        return queryset, False
+
+    def changelist_view(self, request: HttpRequest,
+                        extra_context: dict[str, Any] | None = None) -> HttpResponse:
+        notes: list[str] = []
+        setattr(request, NOTES_ATTRIBUTE, notes)
+        return super().changelist_view(request, {**(extra_context or {}),
+                                                  "sqlqueue_notes": notes})
+
+    # ----------------------------------------------------------------- columns
+
+    @admin.display(description="id", ordering="offset")
+    def offset_display(self, obj: DeadLetter) -> int:
+        return obj.offset
+
+    @admin.display(description="key")
+    def key(self, obj: DeadLetter) -> str:
+        return obj.message_key or "-"
+
+    @admin.display(description="partition")
+    def partition(self, obj: DeadLetter) -> str:
+        return obj.partition_key or "-"
+
+    @admin.display(description="attempts")
+    def attempts(self, obj: DeadLetter) -> int:
+        return obj.failure_count
+
+    @admin.display(description="last error")
+    def error(self, obj: DeadLetter) -> str:
+        return display.first_line(obj.last_error)
+
+    @admin.display(description="failed")
+    def failed(self, obj: DeadLetter) -> str:
+        return display.when(obj.failed_at)
+
+    @admin.display(description="published")
+    def published(self, obj: DeadLetter) -> str:
+        return display.when(obj.published_at)
+
+    @admin.display(description="original message")
+    def original(self, obj: DeadLetter) -> str:
+        return f"offset {obj.original_offset}, id {obj.original_id or '-'}"
+
+    @admin.display(description="dead-letter id")
+    def copy_id(self, obj: DeadLetter) -> str:
+        return f"{obj.topic} / {obj.message_id}"
+
+    @admin.display(description="payload")
+    def payload_pretty(self, obj: DeadLetter) -> SafeString:
+        return display.pre(display.pretty_json(obj.payload))
+
+    @admin.display(description="headers")
+    def headers_pretty(self, obj: DeadLetter) -> SafeString:
+        return display.pre(display.pretty_json(obj.metadata))
+
+    @admin.display(description="error")
+    def full_error(self, obj: DeadLetter) -> SafeString:
+        return display.pre(obj.last_error)
