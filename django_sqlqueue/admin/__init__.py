@@ -3,4 +3,4 @@
 Imported by ``django.contrib.admin``'s autodiscovery; nothing to register by hand.
 """
 
-from . import dead_letters  # noqa: F401  (registers its ModelAdmin)
+from . import dead_letters, messages, pages  # noqa: F401  (register their ModelAdmins)

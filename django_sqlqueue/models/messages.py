@@ -43,6 +43,14 @@ class MessageRow(NamedTuple):
     deliver_at: int
 
 
+class PartitionProgress(NamedTuple):
+    """What the log holds for one partition, seen from one watermark."""
+
+    newest: int | None  # the highest position in the partition
+    lag: int  # messages positioned above the watermark (counted up to a cap)
+    oldest_pending: int | None  # published_at (epoch ms) of the first of them
+
+
 class UnsequencedRow(NamedTuple):
     offset: int
     topic: str
@@ -299,6 +307,36 @@ class QueueMessageManager(models.Manager["QueueMessage"]):
                 f"WHERE {q('topic')} = %s AND ({terms})",
                 params,
             )]
+        return result
+
+    def partition_progress(self, partitions: Sequence[tuple[str, str, int]], cap: int,
+                           using: str) -> dict[tuple[str, str, int], PartitionProgress]:
+        """For each (topic, partition, watermark): the newest position, the messages above
+        the watermark (counted up to ``cap``) and when the oldest of them was published.
+        Each is a short read of the queue_msg_position index; one query per 200 partitions."""
+        connection = connections[using]
+        q = sqlb.quoter(connection)
+        in_partition = f"{q('topic')} = %s AND {q('partition_key')} = %s"
+        branch = (
+            f"SELECT %s AS t, %s AS p, %s AS w, "  # noqa: S608 - names quoted, values bound
+            f"(SELECT MAX({q('position')}) FROM {q('queue_messages')} WHERE {in_partition}) AS newest, "
+            f"(SELECT COUNT(*) FROM (SELECT 1 AS one FROM {q('queue_messages')} WHERE {in_partition} "
+            f"AND {q('position')} > %s LIMIT %s) AS capped) AS lag, "
+            f"(SELECT {q('published_at')} FROM {q('queue_messages')} WHERE {in_partition} "
+            f"AND {q('position')} > %s ORDER BY {q('position')} LIMIT 1) AS oldest"
+        )
+        result: dict[tuple[str, str, int], PartitionProgress] = {}
+        for batch in sqlb.chunks(list(partitions)):
+            params: list[Any] = []
+            for topic, partition, watermark in batch:
+                params += [topic, partition, watermark, topic, partition, topic, partition,
+                           watermark, cap,
+                           topic, partition, watermark]
+            for topic, partition, watermark, newest, lag, oldest in sqlb.fetch_all(
+                    connection, sqlb.union_all([branch] * len(batch)), params):
+                result[(topic, partition, int(watermark))] = PartitionProgress(
+                    None if newest is None else int(newest), int(lag or 0),
+                    None if oldest is None else int(oldest))
         return result
 
     # ----------------------------------------------------------------- dead letters

@@ -1,0 +1,97 @@
+"""The message log: every message, filterable by topic and partition, with each group's
+delivery state on its detail page."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.contrib import admin
+from django.http import HttpRequest, HttpResponse
+
+from ..models import LogSequencer, QueueMessage
+from . import display
+from .deliveries import deliveries
+from .filters import PartitionFilter, TopicFilter
+from .paginator import CappedPaginator
+
+
+@admin.register(QueueMessage)
+class QueueMessageAdmin(admin.ModelAdmin):
+    list_display = ("offset", "topic", "partition", "key", "message_id", "position",
+                    "published", "due", "dead_letter_of")
+    list_filter = (TopicFilter, PartitionFilter)
+    search_fields = ("=offset",)
+    search_help_text = "An offset."
+    ordering = ("-offset",)
+    sortable_by = ()
+    paginator = CappedPaginator
+    show_full_result_count = False
+    list_per_page = 50
+    change_list_template = "admin/django_sqlqueue/change_list.html"
+    change_form_template = "admin/django_sqlqueue/message_change_form.html"
+    fields = ("offset", "topic", "partition", "key", "message_id", "position", "published",
+              "due", "dead_letter_of", "payload_pretty", "headers_pretty")
+    readonly_fields = fields
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def get_search_results(self, request: HttpRequest, queryset: Any,
+                           search_term: str) -> tuple[Any, bool]:
+        term = search_term.strip()
+        if not term:
+            return queryset, False
+        if not (term.isdecimal() and term.isascii() and len(term) <= 18):
+            return queryset.none(), False
+        return queryset.filter(offset=int(term)), False
+
+    def change_view(self, request: HttpRequest, object_id: str, form_url: str = "",
+                    extra_context: dict[str, Any] | None = None) -> HttpResponse:
+        message = self.get_object(request, object_id)
+        context = dict(extra_context or {})
+        if message is not None:
+            now_ms = LogSequencer.objects.head(message._state.db or "default")[2]
+            context["sqlqueue_deliveries"] = deliveries(message, now_ms)
+            context["sqlqueue_can_deliver"] = self.has_deliver_permission(request)
+        return super().change_view(request, object_id, form_url, context)
+
+    def has_deliver_permission(self, request: HttpRequest) -> bool:
+        return request.user.has_perm("django_sqlqueue.deliver_message")
+
+    # ----------------------------------------------------------------- columns
+
+    @admin.display(description="partition")
+    def partition(self, obj: QueueMessage) -> str:
+        return obj.partition_key or "-"
+
+    @admin.display(description="key")
+    def key(self, obj: QueueMessage) -> str:
+        return obj.message_key or "-"
+
+    @admin.display(description="published")
+    def published(self, obj: QueueMessage) -> str:
+        return display.when(obj.published_at)
+
+    @admin.display(description="due")
+    def due(self, obj: QueueMessage) -> str:
+        return display.when(obj.deliver_at) if obj.deliver_at > obj.published_at else "-"
+
+    @admin.display(description="dead letter of")
+    def dead_letter_of(self, obj: QueueMessage) -> str:
+        if not obj.failed_at:
+            return "-"
+        return f"{obj.original_topic} #{obj.original_offset} ({obj.consumer_group})"
+
+    @admin.display(description="payload")
+    def payload_pretty(self, obj: QueueMessage) -> Any:
+        return display.pre(display.pretty_json(obj.payload))
+
+    @admin.display(description="headers")
+    def headers_pretty(self, obj: QueueMessage) -> Any:
+        return display.pre(display.pretty_json(obj.metadata))

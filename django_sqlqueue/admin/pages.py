@@ -1,0 +1,205 @@
+"""The admin pages that are views of their own: partitions and subscribers.
+
+Their tables have composite primary keys, which Django's admin cannot register, so each
+page is the changelist view of a table-less model (see models/operated.py): it appears on
+the admin index, is guarded by that model's permissions and renders its own template.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.contrib import admin, messages
+from django.core.exceptions import PermissionDenied
+from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
+from django.template.response import TemplateResponse
+
+from ..conf import get_settings
+from ..groups import GroupInUse, UnknownGroup, forget_group
+from ..models import (
+    ConsumerOffset,
+    LogSequencer,
+    PartitionLease,
+    PartitionPage,
+    QueueMessage,
+    SubscriberHeartbeat,
+    SubscriberPage,
+)
+from . import display
+from .actions import record
+from .paginator import CappedPaginator
+
+LAG_CAP = 100_000  # messages counted above a watermark at most, per partition
+ROWS_PER_PAGE = 100
+
+
+class PageAdmin(admin.ModelAdmin):
+    """A read-only page under the admin index, drawn by ``template`` from ``rows()``."""
+
+    template = ""
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def get_urls(self) -> list[Any]:
+        from django.urls import path
+
+        info = self.opts.app_label, self.opts.model_name
+        return [path("", self.admin_site.admin_view(self.changelist_view),
+                     name="{}_{}_changelist".format(*info))]
+
+    def changelist_view(self, request: HttpRequest,
+                        extra_context: dict[str, Any] | None = None) -> HttpResponse:
+        if not self.has_view_permission(request):
+            raise PermissionDenied
+        if request.method == "POST":
+            self.act(request)
+            return HttpResponseRedirect(request.get_full_path())
+        using = self.using()
+        now_ms = LogSequencer.objects.head(using)[2]  # the database clock
+        context = {
+            **self.admin_site.each_context(request),
+            "opts": self.opts,
+            "title": str(self.opts.verbose_name_plural).capitalize(),
+            "now_ms": now_ms,
+            **self.page_context(request, using, now_ms),
+            **(extra_context or {}),
+        }
+        request.current_app = self.admin_site.name
+        return TemplateResponse(request, self.template, context)
+
+    def using(self) -> str:
+        return QueueMessage.objects.db
+
+    def page_context(self, request: HttpRequest, using: str, now_ms: int) -> dict[str, Any]:
+        raise NotImplementedError
+
+    def act(self, request: HttpRequest) -> None:
+        """Run the action posted to the page (each checks its own permission)."""
+        raise PermissionDenied
+
+
+def _choice(request: HttpRequest, name: str) -> str:
+    return request.GET.get(name, "").strip()
+
+
+@admin.register(PartitionPage)
+class PartitionPageAdmin(PageAdmin):
+    template = "admin/django_sqlqueue/partitions.html"
+
+    def page_context(self, request: HttpRequest, using: str, now_ms: int) -> dict[str, Any]:
+        group, topic = _choice(request, "group"), _choice(request, "topic")
+        offsets = ConsumerOffset.objects.using(using).order_by(
+            "consumer_group", "topic", "partition_key")
+        if group:
+            offsets = offsets.filter(consumer_group=group)
+        if topic:
+            offsets = offsets.filter(topic=topic)
+        paginator = CappedPaginator(
+            offsets.values_list("consumer_group", "topic", "partition_key", "offset_acked"),
+            ROWS_PER_PAGE)
+        page = paginator.get_page(request.GET.get("p"))
+        marks = list(page.object_list)
+        leases = {
+            (lease.consumer_group, lease.topic, lease.partition_key): lease
+            for lease in PartitionLease.objects.using(using).filter(
+                consumer_group__in={m[0] for m in marks}, topic__in={m[1] for m in marks},
+                partition_key__in={m[2] for m in marks})
+        } if marks else {}
+        progress = QueueMessage.objects.partition_progress(
+            [(t, p, int(w)) for _, t, p, w in marks], LAG_CAP, using)
+        stale_before = now_ms - int(get_settings().lease_duration * 1000)
+        rows = []
+        for g, t, p, watermark in marks:
+            lease = leases.get((g, t, p))
+            owner = lease.leased_by if lease is not None else ""
+            seen = progress.get((t, p, int(watermark)))
+            rows.append({
+                "group": g, "topic": t, "partition": p,
+                "owner": owner or "-",
+                "lease_age": display.age((now_ms - lease.leased_at) / 1000)
+                if lease is not None and owner else "-",
+                "stale": bool(owner) and lease is not None and lease.lease_renewed_at < stale_before,
+                "watermark": watermark,
+                "newest": seen.newest if seen and seen.newest is not None else "-",
+                "lag": seen.lag if seen else 0,
+                "lag_capped": bool(seen and seen.lag >= LAG_CAP),
+                "oldest": display.age((now_ms - seen.oldest_pending) / 1000)
+                if seen and seen.oldest_pending else "-",
+            })
+        all_marks = ConsumerOffset.objects.using(using)
+        return {
+            "rows": rows,
+            "page": page,
+            "group": group,
+            "topic": topic,
+            "groups": sorted(set(all_marks.values_list("consumer_group", flat=True).distinct())),
+            "topics": sorted(set(all_marks.values_list("topic", flat=True).distinct())),
+            "lag_cap": LAG_CAP,
+            "can_release": self.has_release_permission(request),
+        }
+
+    def has_release_permission(self, request: HttpRequest) -> bool:
+        return request.user.has_perm("django_sqlqueue.release_partition")
+
+
+@admin.register(SubscriberPage)
+class SubscriberPageAdmin(PageAdmin):
+    template = "admin/django_sqlqueue/subscribers.html"
+
+    def page_context(self, request: HttpRequest, using: str, now_ms: int) -> dict[str, Any]:
+        group, topic = _choice(request, "group"), _choice(request, "topic")
+        beats = SubscriberHeartbeat.objects.using(using).order_by(
+            "consumer_group", "topic", "subscriber_name")
+        if group:
+            beats = beats.filter(consumer_group=group)
+        if topic:
+            beats = beats.filter(topic=topic)
+        paginator = CappedPaginator(beats, ROWS_PER_PAGE)
+        page = paginator.get_page(request.GET.get("p"))
+        alive_after = now_ms - int(get_settings().lease_duration * 1000)
+        rows = []
+        for beat in page.object_list:
+            if beat.deregistered_at:
+                state = "stopped"
+            elif beat.heartbeat_at > alive_after:
+                state = "live"
+            else:
+                state = "stale"
+            rows.append({
+                "name": beat.subscriber_name, "group": beat.consumer_group, "topic": beat.topic,
+                "heartbeat": display.when(beat.heartbeat_at),
+                "heartbeat_age": display.age((now_ms - beat.heartbeat_at) / 1000),
+                "state": state,
+            })
+        return {
+            "rows": rows,
+            "page": page,
+            "group": group,
+            "topic": topic,
+            "can_forget": self.has_forget_permission(request),
+        }
+
+    def has_forget_permission(self, request: HttpRequest) -> bool:
+        return request.user.has_perm("django_sqlqueue.forget_group")
+
+    def act(self, request: HttpRequest) -> None:
+        if request.POST.get("action") != "forget" or not self.has_forget_permission(request):
+            raise PermissionDenied
+        group, topic = request.POST.get("group", ""), request.POST.get("topic", "")
+        try:
+            done = forget_group(group, topic or None, using=self.using())
+        except (GroupInUse, UnknownGroup) as exc:
+            messages.error(request, str(exc))
+            return
+        record(request, SubscriberPage,
+               f"Forgot consumer group {done.group!r} on {', '.join(done.topics)}: "
+               f"{done.watermarks} watermark(s), {done.deliveries} delivery row(s), "
+               f"{done.leases} lease(s) and {done.heartbeats} heartbeat(s) deleted; it no "
+               "longer holds garbage collection back.")
