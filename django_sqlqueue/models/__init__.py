@@ -1,19 +1,23 @@
 """One module per table; each model's manager holds that table's SQL."""
 
+from .controls import GroupControl
 from .delivery import DeliveryState
 from .heartbeats import SubscriberHeartbeat
 from .leases import PartitionLease
 from .messages import QueueMessage
 from .offsets import ConsumerOffset
 from .sequencer import LogSequencer
+from .throughput import Throughput
 from .topics import Topic
 
 __all__ = [
     "ConsumerOffset",
     "DeliveryState",
+    "GroupControl",
     "LogSequencer",
     "PartitionLease",
     "QueueMessage",
     "SubscriberHeartbeat",
+    "Throughput",
     "Topic",
 ]
