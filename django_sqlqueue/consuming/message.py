@@ -50,10 +50,16 @@ class Message:
 
     @classmethod
     def from_row(cls, row: MessageRow, group: str, attempt: int, partition: str) -> Message:
+        from ..replays import ORIGINAL_ID_HEADER, replay_target
         from ..rows import common_fields
 
+        fields = common_fields(row)
+        if replay_target(fields["headers"]) is not None and fields["headers"].get(ORIGINAL_ID_HEADER):
+            # A replayed dead letter is the same message again: its handler sees the id it
+            # was published with (idempotency keys stay valid), not the replay's own.
+            fields["id"] = fields["headers"][ORIGINAL_ID_HEADER]
         return cls(offset=row.offset, position=row.position or 0, attempt=attempt, group=group,
-                   partition=partition, **common_fields(row))
+                   partition=partition, **fields)
 
     def extend_visibility(self, seconds: float) -> None:
         """Keep this message invisible to other deliveries for ``seconds`` more, from now.

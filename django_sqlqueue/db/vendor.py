@@ -114,3 +114,29 @@ def false_sql(connection: BaseDatabaseWrapper) -> str:
 def json_param_sql(connection: BaseDatabaseWrapper) -> str:
     """A placeholder for a JSON text parameter, cast where the column type needs it."""
     return "CAST(%s AS jsonb)" if connection.vendor == "postgresql" else "%s"
+
+
+def text_sql(connection: BaseDatabaseWrapper, expression: str) -> str:
+    """``expression`` (a number, say) as text."""
+    if connection.vendor == "mysql":
+        return f"CAST({expression} AS CHAR)"
+    return f"CAST({expression} AS TEXT)"
+
+
+def concat_sql(connection: BaseDatabaseWrapper, *parts: str) -> str:
+    """SQL joining text expressions (MySQL's ``||`` is a logical OR)."""
+    if connection.vendor == "mysql":
+        return f"CONCAT({', '.join(parts)})"
+    return "(" + " || ".join(parts) + ")"
+
+
+def json_with_strings_sql(connection: BaseDatabaseWrapper, document: str,
+                          values: dict[str, str]) -> str:
+    """SQL for the JSON object ``document`` with string members set: ``values`` maps a
+    member name (a constant without quotes) to a text SQL expression."""
+    if connection.vendor == "postgresql":
+        pairs = ", ".join(f"'{name}', {expr}" for name, expr in values.items())
+        return f"({document} || jsonb_build_object({pairs}))"
+    function = "JSON_SET" if connection.vendor == "mysql" else "json_set"
+    pairs = ", ".join(f"'$.\"{name}\"', {expr}" for name, expr in values.items())
+    return f"{function}({document}, {pairs})"

@@ -1,5 +1,6 @@
 """One module per table; each model's manager holds that table's SQL."""
 
+from .controls import GroupControl
 from .delivery import DeliveryState
 from .heartbeats import SubscriberHeartbeat
 from .leases import PartitionLease
@@ -7,6 +8,7 @@ from .messages import QueueMessage
 from .offsets import ConsumerOffset
 from .operated import ConsumerGroupPage, DeadLetter, PartitionPage, SubscriberPage
 from .sequencer import LogSequencer
+from .throughput import Throughput
 from .topics import Topic
 
 __all__ = [
@@ -14,11 +16,13 @@ __all__ = [
     "ConsumerOffset",
     "DeadLetter",
     "DeliveryState",
+    "GroupControl",
     "LogSequencer",
     "PartitionPage",
     "PartitionLease",
     "QueueMessage",
     "SubscriberHeartbeat",
     "SubscriberPage",
+    "Throughput",
     "Topic",
 ]

@@ -284,6 +284,62 @@ class DeliveryStateManager(models.Manager["DeliveryState"]):
             )
         return deleted
 
+    def delete_refs(self, group: str, topic: str, refs: Sequence[MessageRef], using: str) -> int:
+        """Drop the group's rows of messages that were deleted from the log (a discarded
+        or replayed dead letter), acked or not."""
+        if not refs:
+            return 0
+        connection = connections[using]
+        q = sqlb.quoter(connection)
+        deleted = 0
+        for batch in sqlb.chunks(list(refs), 500):
+            where, params = _refs_sql(q, batch)
+            deleted += sqlb.execute(
+                connection,
+                f"{sqlb.delete_from(connection, 'queue_delivery_state')} "
+                f"WHERE {q('consumer_group')} = %s AND {q('topic')} = %s AND {where}",
+                [group, topic, *params],
+            )
+        return deleted
+
+    def window_counts(self, group: str, topic: str, now_ms: int, cap: int,
+                      using: str) -> tuple[int, int]:
+        """(acked, in flight) among the group's delivery rows of the topic, each counted up
+        to ``cap``. Rows exist only for read, unpassed messages, so acked ones lie above a
+        watermark (acked out of order, or dead-lettered), and in-flight ones were delivered
+        and are still invisible."""
+        connection = connections[using]
+        q = sqlb.quoter(connection)
+        base = (
+            f"SELECT COUNT(*) FROM (SELECT 1 AS one FROM {q('queue_delivery_state')} "  # noqa: S608 - names quoted, values bound
+            f"WHERE {q('consumer_group')} = %s AND {q('topic')} = %s AND "
+        )
+        acked = sqlb.fetch_all(
+            connection, base + f"{q('acked')} = {vendor.true_sql(connection)} LIMIT %s) AS n",
+            [group, topic, cap])
+        in_flight = sqlb.fetch_all(
+            connection,
+            base + f"{q('acked')} = {vendor.false_sql(connection)} AND {q('retry_count')} >= 0 "
+            f"AND {q('invisible_until')} > %s LIMIT %s) AS n",
+            [group, topic, now_ms, cap])
+        return int(acked[0][0]), int(in_flight[0][0])
+
+    def make_due(self, group: str, topic: str, ref: MessageRef, now_ms: int,
+                 using: str) -> int:
+        """Make a message that waits out a delay, a backoff or its key's head deliverable
+        now; a message delivered and not failed (running) is left alone."""
+        connection = connections[using]
+        q = sqlb.quoter(connection)
+        return sqlb.execute(
+            connection,
+            f"UPDATE {q('queue_delivery_state')} SET {q('invisible_until')} = %s "  # noqa: S608 - names quoted, values bound
+            f"WHERE {q('consumer_group')} = %s AND {q('topic')} = %s AND {q('partition_key')} = %s "
+            f"AND {q('message_offset')} = %s AND {q('acked')} = {vendor.false_sql(connection)} "
+            f"AND {q('invisible_until')} > %s "
+            f"AND ({q('retry_count')} = {NEVER_DELIVERED} OR {q('last_error')} <> '')",
+            [now_ms, group, topic, *ref, now_ms],
+        )
+
     def delete_topic(self, topic: str, using: str) -> int:
         """Delete every group's delivery rows of ``topic`` (its messages are gone), a group
         at a time: each DELETE is then a primary-key range, not a scan of other topics'."""

@@ -99,6 +99,43 @@ class ConsumerOffsetManager(PartitionRowsManager):
             result[topic][group] = int(last or 0)
         return result
 
+    def capped_lag(self, group: str, topic: str, cap: int, using: str) -> int:
+        """How many of the topic's messages lie above the group's watermarks, counting at
+        most ``cap``: an index range per partition, never the whole log. Messages acked
+        out of order above a watermark are counted here; see
+        DeliveryStateManager.window_counts for those."""
+        connection = connections[using]
+        q = sqlb.quoter(connection)
+        rows = sqlb.fetch_all(
+            connection,
+            f"SELECT COUNT(*) FROM (SELECT 1 AS one FROM {q('queue_offsets')} o "  # noqa: S608 - names quoted, values bound
+            f"JOIN {q('queue_messages')} m ON m.{q('topic')} = o.{q('topic')} "
+            f"AND m.{q('partition_key')} = o.{q('partition_key')} "
+            f"AND m.{q('position')} > o.{q('offset_acked')} "
+            f"WHERE o.{q('consumer_group')} = %s AND o.{q('topic')} = %s LIMIT %s) AS lag",
+            [group, topic, cap],
+        )
+        return int(rows[0][0])
+
+    def oldest_pending(self, group: str, topic: str, using: str) -> int | None:
+        """When the oldest message the group has not acked became due (epoch ms, the
+        earliest ``deliver_at`` of the first message above each watermark), or None when
+        every partition is consumed. One index seek per partition."""
+        connection = connections[using]
+        q = sqlb.quoter(connection)
+        rows = sqlb.fetch_all(
+            connection,
+            f"SELECT MIN(m.{q('deliver_at')}) FROM {q('queue_offsets')} o "  # noqa: S608 - names quoted, values bound
+            f"JOIN {q('queue_messages')} m ON m.{q('topic')} = o.{q('topic')} "
+            f"AND m.{q('partition_key')} = o.{q('partition_key')} "
+            f"AND m.{q('position')} = (SELECT MIN(h.{q('position')}) FROM {q('queue_messages')} h "
+            f"WHERE h.{q('topic')} = o.{q('topic')} AND h.{q('partition_key')} = o.{q('partition_key')} "
+            f"AND h.{q('position')} > o.{q('offset_acked')}) "
+            f"WHERE o.{q('consumer_group')} = %s AND o.{q('topic')} = %s",
+            [group, topic],
+        )
+        return None if not rows or rows[0][0] is None else int(rows[0][0])
+
     def unconsumed_counts(self, topic: str, groups: Sequence[str], using: str) -> dict[str, int]:
         """Per group, how many of the topic's sequenced messages lie above the group's
         watermark of their partition (0 where it has no watermark yet)."""

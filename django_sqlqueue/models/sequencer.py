@@ -87,6 +87,15 @@ class LogSequencerManager(models.Manager["LogSequencer"]):
 
         This is an idle worker's whole poll: nothing else runs until the head moves.
         """
+        return self._head(using, name, "0")[:3]
+
+    def poll_head(self, using: str, controls_sql: str,
+                  name: str = DEFAULT_SEQUENCER) -> tuple[int, bool, int, int]:
+        """:meth:`head` and the value of the scalar subquery ``controls_sql`` (the operator
+        controls' version), still one query."""
+        return self._head(using, name, controls_sql)
+
+    def _head(self, using: str, name: str, extra_sql: str) -> tuple[int, bool, int, int]:
         connection = connections[using]
         q = sqlb.quoter(connection)
         pending = (
@@ -96,13 +105,14 @@ class LogSequencerManager(models.Manager["LogSequencer"]):
         with connection.cursor() as cursor:
             cursor.execute(
                 f"SELECT (SELECT {q('last_position')} FROM {q('queue_sequencer')} "  # noqa: S608 - names quoted, values bound
-                f"WHERE {q('name')} = %s), {pending}, {vendor.now_ms_sql(connection)}",
+                f"WHERE {q('name')} = %s), {pending}, {vendor.now_ms_sql(connection)}, "
+                f"{extra_sql}",
                 [name],
             )
             row = cursor.fetchone()
         if row is None:  # a SELECT without FROM always returns its one row
             raise DatabaseError("the sequencer's head query returned no row")
-        return int(row[0] or 0), row[1] is not None, int(row[2])
+        return int(row[0] or 0), row[1] is not None, int(row[2]), int(row[3] or 0)
 
 
 class LogSequencer(models.Model):

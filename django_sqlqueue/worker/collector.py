@@ -23,7 +23,7 @@ from collections.abc import Iterable
 from django.db import connections, transaction
 
 from ..db.errors import is_disconnect, is_transient
-from ..models import ConsumerOffset, QueueMessage, SubscriberHeartbeat
+from ..models import ConsumerOffset, QueueMessage, SubscriberHeartbeat, Throughput
 
 logger = logging.getLogger("django_sqlqueue.worker")
 
@@ -31,6 +31,7 @@ GC_BATCH = 1000  # messages deleted per statement
 RUN_BUDGET = 2.0  # seconds of deleting per run, at most (one batch may overrun it)
 LOCK_TIMEOUT = 1  # seconds a GC statement waits for a row lock before giving up on it
 PRUNE_AFTER_MS = 3_600_000  # heartbeat rows of workers stopped this long ago are pruned
+THROUGHPUT_KEEP_MS = 3 * 3_600_000  # per-minute throughput counters kept (the overview shows 1 h)
 
 
 def collect_garbage(
@@ -137,8 +138,9 @@ class GarbageCollector:
             deleted = collect_garbage(
                 self.topics, self.known_groups, self.using, self._collected,
                 retention=self.retention, budget=RUN_BUDGET, retired=self._retired)
-            SubscriberHeartbeat.objects.prune(int(time.time() * 1000) - PRUNE_AFTER_MS,
-                                              self.using)
+            now_ms = int(time.time() * 1000)
+            SubscriberHeartbeat.objects.prune(now_ms - PRUNE_AFTER_MS, self.using)
+            Throughput.objects.prune(now_ms - THROUGHPUT_KEEP_MS, self.using)
             return deleted
         except Exception as exc:  # noqa: BLE001 - GC must never stop the worker
             if is_transient(exc):

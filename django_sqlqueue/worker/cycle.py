@@ -26,10 +26,12 @@ from django.db import transaction
 from ..consuming.message import DeadLetterInfo, Message
 from ..db.errors import is_transient
 from ..logtext import loggable
-from ..models import ConsumerOffset, DeliveryState, PartitionLease, QueueMessage
-from ..models.delivery import Hold, MessageRef, ReadRow
+from ..models import ConsumerOffset, DeliveryState, PartitionLease, QueueMessage, Throughput
+from ..models.delivery import DeliveryRow, Hold, MessageRef, ReadRow
 from ..models.messages import DeadLetterSource
 from ..models.offsets import Progress
+from ..models.throughput import MINUTE_MS
+from ..replays import replay_target
 from .outcomes import Outcome
 from .partitions import Entry, Ident, Partition
 
@@ -39,6 +41,8 @@ Subscriber = tuple[str, str]  # (consumer group, topic)
 # Cycles in which recording one outcome may fail before it is dropped (and its message
 # redelivered once its visibility runs out).
 OUTCOME_ATTEMPTS = 3
+# How a group's worker admits a replay meant for another group: as if it were acked.
+_NOT_MINE = DeliveryRow(True, 0, 0, "")
 
 
 @dataclass
@@ -131,9 +135,27 @@ class PollCycle:
             self._extend(held, now_ms)
             self._deliver(held, capacity, now_ms, result)
             self._advance(held)
+            self._count(result, now_ms)
         return result
 
     # ----------------------------------------------------------------- steps
+
+    def _count(self, result: CycleResult, now_ms: int) -> None:
+        """Add what this cycle finished to the per-minute throughput counters, one upsert
+        for all subscriptions, in the cycle's transaction: it counts exactly what the
+        cycle committed."""
+        counts: dict[Subscriber, tuple[int, int]] = {}
+        for report in result.reports.values():
+            partition = report.partition
+            handled = sum(o.counts[0] for o in report.recorded) + len(report.dead_on_fetch)
+            failed = sum(o.counts[1] for o in report.recorded) + len(report.dead_on_fetch)
+            if handled or failed:
+                key = (partition.group, partition.topic)
+                before = counts.get(key, (0, 0))
+                counts[key] = (before[0] + handled, before[1] + failed)
+        if counts:
+            Throughput.objects.add(self.worker_name, now_ms - now_ms % MINUTE_MS, counts,
+                                   self.using)
 
     def _load(self, partitions: list[Partition]) -> None:
         """Rebuild the windows of partitions just taken (or left unreliable by a failed
@@ -306,6 +328,10 @@ class PollCycle:
         for row in rows:
             partition = by_number[row.partition]
             counts[row.partition] += 1
+            target = replay_target(row.message.metadata)
+            if target is not None and target != partition.group:
+                # A replayed dead letter of another group: passed over, never run here.
+                row = row._replace(delivery=_NOT_MINE)
             may_deliver = share[partition.ident] > 0 and (
                 partition.subscription.auto_extend or self._unextended_left > 0)
             admitted = partition.admit(row, now_ms, may_deliver=may_deliver)

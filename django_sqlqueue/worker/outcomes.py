@@ -45,6 +45,8 @@ class Outcome:
     # Whether recording it writes at once (in a savepoint of its own) rather than in a
     # batch written at the end of the cycle.
     writes_now: ClassVar[bool] = True
+    # What it adds to the throughput counters once recorded: (handled, failed).
+    counts: ClassVar[tuple[int, int]] = (0, 0)
     # Cycles whose attempt to record it failed (see PollCycle._record_one).
     failures: int = field(default=0, compare=False, repr=False)
 
@@ -61,6 +63,7 @@ class Acked(Outcome):
 
     stands_when_superseded: ClassVar[bool] = True
     writes_now: ClassVar[bool] = False  # acks are batched, one statement per subscription
+    counts: ClassVar[tuple[int, int]] = (1, 0)
 
     def record(self, ledger: Ledger, entry: Entry, ref: MessageRef) -> None:
         ledger.ack(self.partition, ref)
@@ -75,6 +78,7 @@ class Retried(Outcome):
     """The handler failed (or raised Retry) with attempts left: visible again after ``delay``."""
 
     delay: float = 0.0  # seconds
+    counts: ClassVar[tuple[int, int]] = (0, 1)
 
     def record(self, ledger: Ledger, entry: Entry, ref: MessageRef) -> None:
         due = ledger.now_ms + int(self.delay * 1000)
@@ -89,6 +93,8 @@ class Retried(Outcome):
 class DeadLettered(Outcome):
     """Out of attempts, or the handler raised DeadLetter: copied to the group's dead-letter
     topic and done for this group."""
+
+    counts: ClassVar[tuple[int, int]] = (1, 1)
 
     def record(self, ledger: Ledger, entry: Entry, ref: MessageRef) -> None:
         ledger.dead_letter(self.partition, self.message, self.error)

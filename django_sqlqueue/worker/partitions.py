@@ -95,6 +95,9 @@ class Partition:
     valid_until: float = 0.0
     # Another worker took the partition over; handlers queued for it must not start.
     lost: bool = False
+    # An operator paused the group on this topic: nothing new is handed out or read;
+    # outcomes of running handlers are still recorded and the lease is kept.
+    paused: bool = False
 
     @property
     def group(self) -> str:
@@ -154,7 +157,7 @@ class Partition:
         return None
 
     def wants_look(self, now_ms: int) -> bool:
-        if self.draining:
+        if self.draining or self.paused:
             return False
         if not self.loaded:
             return True

@@ -15,14 +15,17 @@ import threading
 import time
 from collections.abc import Callable
 
+from django.db import connections
+
 from ..conf import get_settings
 from ..consuming.registry import Subscription
-from ..models import LogSequencer, QueueMessage
+from ..models import GroupControl, LogSequencer, QueueMessage
 from ..models.fields import SUBSCRIBER_NAME_LENGTH
 from ..sequencing import SEQUENCE_BATCH, sequence_batch
 from . import announce, attention
 from .clock import DatabaseClock
 from .collector import GarbageCollector
+from .controls import Controls
 from .cycle import CycleResult, PollCycle
 from .dispatcher import Dispatcher
 from .extension import Extensions, extender
@@ -86,6 +89,7 @@ class Worker:
         self.session = SessionBounds(using, conf.lease_duration)
         self.faults_delay = 0.0  # seconds to wait after the last failed step
         self.topics = sorted({s.topic for s in subscriptions})
+        self.controls = Controls(((s.group, s.topic) for s in subscriptions), using)
         self.groups_by_topic: dict[str, set[str]] = {}
         for s in subscriptions:
             self.groups_by_topic.setdefault(s.topic, set()).add(s.group)
@@ -188,8 +192,10 @@ class Worker:
     def _tick(self) -> float:
         poll = self.conf.poll_interval
         self.session.ensure()
-        head, pending, db_now = LogSequencer.objects.head(self.using)
+        head, pending, db_now, controls = LogSequencer.objects.poll_head(
+            self.using, GroupControl.objects.version_sql(connections[self.using]))
         self.clock.sync(db_now)
+        self.controls.note_version(controls)
         if pending:
             head, pending = self._sequence(head)
         now = time.monotonic()
@@ -204,6 +210,7 @@ class Worker:
                 self._maintain(now, now_ms)
             elif self.leasing.below_share():
                 self.leasing.acquire(now_ms)
+        self.controls.apply(self.partitions)
         self._drain_outcomes()
         self._drain_extensions()
         self._note_new_messages(head)

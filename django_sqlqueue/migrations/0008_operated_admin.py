@@ -6,7 +6,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('django_sqlqueue', '0006_register_heartbeat_groups'),
+        ('django_sqlqueue', '0007_group_controls_and_throughput'),
     ]
 
     operations = [

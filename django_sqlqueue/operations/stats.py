@@ -1,0 +1,136 @@
+"""The overview: one row per topic and consumer group, and the health probe built on it.
+
+Every figure comes from small, indexed reads: lag from the watermarks (an index range
+above each, capped), in flight and out-of-order acks from the group's delivery rows (a
+window of at most a few thousand per partition), dead letters capped, throughput from the
+per-minute counters the workers write. Nothing counts the whole log.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from django.db.models import Count
+
+from ..conf import get_settings
+from ..models import ConsumerOffset, DeliveryState, GroupControl, SubscriberHeartbeat, Throughput
+from ..models import dead_letters as dead_letter_rows
+from ..models.throughput import MINUTE_MS
+from .errors import UnknownSubscription
+from .names import check_name, database_now_ms
+
+LAG_CAP = 1_000_000  # messages counted per group and topic at most
+DEAD_LETTER_CAP = 100_000  # dead letters counted per topic at most
+SPARKLINE_MINUTES = 60
+
+
+@dataclass(frozen=True)
+class SubscriptionStats:
+    """One consumer group on one topic, as the overview, ``stats --json`` and the metrics
+    show it. Counts at their cap are flagged ``*_capped``."""
+
+    topic: str
+    group: str
+    lag: int  # messages not yet consumed (a dead-lettered message counts as consumed)
+    in_flight: int  # delivered, unacked, still invisible
+    dead_letters: int  # this group's dead letters of this topic, not replayed or discarded
+    oldest_pending_age_seconds: float | None  # since the oldest unconsumed message was due
+    workers: int  # live workers (heartbeat within LEASE_DURATION)
+    paused: bool
+    partitions: int  # the group's watermark rows for the topic
+    handled_per_minute: list[int] = field(default_factory=list)  # oldest minute first
+    failed_per_minute: list[int] = field(default_factory=list)
+    lag_capped: bool = False
+    dead_letters_capped: bool = False
+
+    def as_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def overview(*, topic: str | None = None, group: str | None = None, using: str = "default",
+             minutes: int = SPARKLINE_MINUTES) -> list[SubscriptionStats]:
+    """One row per registered (topic, group), sorted, optionally only ``topic``/``group``.
+
+    Dead-letter topics appear as topics of their own when some group consumes them.
+    """
+    if topic is not None:
+        check_name("topic", topic)
+    if group is not None:
+        check_name("consumer group", group)
+    conf = get_settings()
+    now_ms = database_now_ms(using)
+    offsets = ConsumerOffset.objects.using(using).all()
+    if topic is not None:
+        offsets = offsets.filter(topic=topic)
+    if group is not None:
+        offsets = offsets.filter(consumer_group=group)
+    pairs: dict[tuple[str, str], int] = {}
+    for t, g, n in (offsets.values_list("topic", "consumer_group")
+                    .annotate(n=Count("partition_key")).values_list("topic", "consumer_group", "n")):
+        pairs[(t, g)] = int(n)
+    topics = sorted({t for t, _ in pairs})
+    if not topics:
+        return []
+    workers = SubscriberHeartbeat.objects.active_counts(
+        topics, now_ms - int(conf.lease_duration * 1000), using)
+    controls = GroupControl.objects.states(topics, using)
+    first_minute = now_ms - now_ms % MINUTE_MS - (minutes - 1) * MINUTE_MS
+    throughput = Throughput.objects.per_minute(first_minute, using, topics)
+    dead: dict[str, dict[str, int]] = {
+        t: dead_letter_rows.counts_by_group(t + conf.dlq_suffix, DEAD_LETTER_CAP, using)
+        for t in topics
+    }
+    rows = []
+    for (t, g), partitions in sorted(pairs.items()):
+        above = ConsumerOffset.objects.capped_lag(g, t, LAG_CAP, using)
+        acked, in_flight = DeliveryState.objects.window_counts(g, t, now_ms, LAG_CAP, using)
+        lag_capped = above >= LAG_CAP
+        lag = above if lag_capped else max(0, above - acked)
+        oldest = ConsumerOffset.objects.oldest_pending(g, t, using) if lag else None
+        series = throughput.get((g, t), {})
+        minute_starts = [first_minute + i * MINUTE_MS for i in range(minutes)]
+        dead_count = dead[t].get(g, 0)
+        state = controls.get((g, t))
+        rows.append(SubscriptionStats(
+            topic=t, group=g, lag=lag, in_flight=in_flight, dead_letters=dead_count,
+            oldest_pending_age_seconds=(None if oldest is None
+                                        else round(max(0, now_ms - oldest) / 1000, 3)),
+            workers=workers.get((g, t), 0), paused=bool(state and state.paused),
+            partitions=partitions,
+            handled_per_minute=[series.get(m, (0, 0))[0] for m in minute_starts],
+            failed_per_minute=[series.get(m, (0, 0))[1] for m in minute_starts],
+            lag_capped=lag_capped,
+            dead_letters_capped=sum(dead[t].values()) >= DEAD_LETTER_CAP,
+        ))
+    return rows
+
+
+@dataclass(frozen=True)
+class Health:
+    ok: bool
+    line: str  # one line saying why (for a container probe's log)
+
+
+def health(*, group: str | None = None, max_age: float | None = None,
+           using: str = "default") -> Health:
+    """Healthy when each registered group (or ``group``) has a live worker on each of its
+    topics, and, with ``max_age`` (seconds), nothing it has not consumed has been due for
+    longer. A paused group counts as healthy while it has a live worker."""
+    rows = overview(group=group, using=using, minutes=1)
+    if group is not None and not rows:
+        raise UnknownSubscription(f"consumer group {group!r} is not registered for any topic")
+    problems = []
+    for row in rows:
+        if row.workers == 0:
+            problems.append(f"{row.group}/{row.topic}: no live worker")
+        elif (max_age is not None and row.oldest_pending_age_seconds is not None
+              and row.oldest_pending_age_seconds > max_age and not row.paused):
+            problems.append(f"{row.group}/{row.topic}: oldest pending message due "
+                            f"{row.oldest_pending_age_seconds:.0f}s ago (max {max_age:g}s)")
+    if problems:
+        more = f" (+{len(problems) - 3} more)" if len(problems) > 3 else ""
+        return Health(False, "unhealthy: " + "; ".join(problems[:3]) + more)
+    return Health(True, f"ok: {len(rows)} subscription(s) have live workers"
+                  + (f" and nothing pending over {max_age:g}s" if max_age is not None else ""))
+
