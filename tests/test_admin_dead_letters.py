@@ -4,13 +4,15 @@ from __future__ import annotations
 
 import html
 import time
+from urllib.parse import urlencode
 
 import pytest
+from django.contrib.admin.models import LogEntry
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 
-from django_sqlqueue.models import DeadLetter
+from django_sqlqueue.models import DeadLetter, QueueMessage
 from tests.admin_fixtures import client_for, dead_letter, staff
 
 pytestmark = pytest.mark.django_db
@@ -151,3 +153,75 @@ def test_the_changelist_runs_a_fixed_number_of_queries_and_no_full_count(admin_c
     assert len(many.captured_queries) == len(few.captured_queries)
     counts = [q["sql"] for q in many.captured_queries if "COUNT(" in q["sql"].upper()]
     assert counts and all("LIMIT" in sql.upper() for sql in counts), counts
+
+
+# --------------------------------------------------------------------------- actions
+
+
+def post_action(client, action, selected=(), select_across=False, confirm=False, query=""):
+    data = {"action": action, "index": "0", "select_across": "1" if select_across else "0",
+            "_selected_action": [str(pk) for pk in selected]}
+    if confirm:
+        data["sqlqueue_confirm"] = "yes"
+    return client.post(URL + query, data, follow=confirm)
+
+
+def test_replaying_the_selection_asks_first_then_replays_only_those(admin_client):
+    a, b, c = dead_letter(), dead_letter(), dead_letter()
+    page = post_action(admin_client, "replay_dead_letters", [a.offset, b.offset])
+    assert page.status_code == 200
+    text = page.content.decode()
+    assert 'id="sqlqueue-confirm-count"' in text and "<strong>2</strong>" in text
+    assert DeadLetter.objects.count() == 3  # nothing happened yet
+    done = post_action(admin_client, "replay_dead_letters", [a.offset, b.offset], confirm=True)
+    assert "Replayed 2 dead letters" in done.content.decode()
+    assert list(DeadLetter.objects.values_list("offset", flat=True)) == [c.offset]
+    replays = QueueMessage.objects.filter(topic="orders", message_id__startswith="replay:")
+    assert sorted(replays.values_list("message_id", flat=True)) == sorted(
+        [f"replay:{a.offset}", f"replay:{b.offset}"])
+    entry = LogEntry.objects.get()
+    assert "Replayed 2" in entry.change_message and entry.user.username == "admin"
+
+
+def test_replaying_everything_a_search_matches_counts_them_and_replays_only_those(admin_client):
+    matching = [dead_letter(payload={"customer_id": 42, "n": n}) for n in range(3)]
+    other = dead_letter(payload={"customer_id": 7})
+    elsewhere = dead_letter(topic="invoices", payload={"customer_id": 42})
+    query = "?" + urlencode({"q": "customer_id=42", "original_topic": "orders"})
+    # As in a browser, "select all" also ticks the rows on the page (Django needs one).
+    page = post_action(admin_client, "replay_dead_letters", [matching[0].offset],
+                       select_across=True, query=query)
+    text = page.content.decode()
+    assert "<strong>3</strong>" in text and "everything the current filter matches" in text
+    done = post_action(admin_client, "replay_dead_letters", [matching[0].offset],
+                       select_across=True, confirm=True, query=query)
+    assert "Replayed 3 dead letters" in done.content.decode()
+    assert sorted(DeadLetter.objects.values_list("offset", flat=True)) == sorted(
+        [other.offset, elsewhere.offset])
+    assert QueueMessage.objects.filter(
+        message_id__in=[f"replay:{m.offset}" for m in matching]).count() == 3
+
+
+def test_discarding_deletes_the_dead_letters_for_good(admin_client):
+    a, b = dead_letter(), dead_letter()
+    done = post_action(admin_client, "discard_dead_letters", [a.offset], confirm=True)
+    assert "Discarded 1 dead letter." in done.content.decode()
+    assert list(DeadLetter.objects.values_list("offset", flat=True)) == [b.offset]
+    assert not QueueMessage.objects.filter(message_id__startswith="replay:").exists()
+    assert "Discarded 1" in LogEntry.objects.get().change_message
+
+
+def test_each_action_needs_its_own_permission(db):
+    letter = dead_letter()
+    replayer = client_for(staff("replayer", "view_deadletter", "replay_deadletter"))
+    page = replayer.get(URL).content.decode()
+    assert "replay_dead_letters" in page and "discard_dead_letters" not in page
+    post_action(replayer, "discard_dead_letters", [letter.offset], confirm=True)
+    assert DeadLetter.objects.filter(offset=letter.offset).exists()
+    viewer = client_for(staff("viewer", "view_deadletter"))
+    assert "replay_dead_letters" not in viewer.get(URL).content.decode()
+    post_action(viewer, "replay_dead_letters", [letter.offset], confirm=True)
+    assert DeadLetter.objects.filter(offset=letter.offset).exists()
+    assert not LogEntry.objects.exists()
+    post_action(replayer, "replay_dead_letters", [letter.offset], confirm=True)
+    assert not DeadLetter.objects.filter(offset=letter.offset).exists()

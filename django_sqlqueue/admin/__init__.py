@@ -3,4 +3,4 @@
 Imported by ``django.contrib.admin``'s autodiscovery; nothing to register by hand.
 """
 
-from . import dead_letters, messages, pages  # noqa: F401  (register their ModelAdmins)
+from . import dead_letters, messages, overview, pages  # noqa: F401  (register their ModelAdmins)

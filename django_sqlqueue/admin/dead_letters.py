@@ -4,18 +4,21 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.contrib import admin
+from django.contrib import admin, messages
 from django.db.models import QuerySet
 from django.http import HttpRequest, HttpResponse
 from django.utils.safestring import SafeString
 
+from .. import operations
 from ..models import DeadLetter
 from . import display
+from .actions import confirmation_page, confirmed, record
 from .filters import ConsumerGroupFilter, FailedFilter, OriginalTopicFilter
 from .paginator import CappedPaginator
 from .search import search_dead_letters
 
 NOTES_ATTRIBUTE = "_sqlqueue_notes"  # where a request carries its search notes to the page
+ACTION_BATCH = 1_000  # dead letters handed to one replay or discard call
 
 
 @admin.register(DeadLetter)
@@ -40,6 +43,7 @@ class DeadLetterAdmin(admin.ModelAdmin):
         ("Payload", {"fields": ("payload_pretty", "headers_pretty")}),
         ("Error", {"fields": ("full_error",)}),
     )
+    actions = ("replay_dead_letters", "discard_dead_letters")
     readonly_fields = ("offset", "original_topic", "consumer_group", "key", "partition",
                        "attempts", "failed", "published", "original", "copy_id",
                        "payload_pretty", "headers_pretty", "full_error")
@@ -54,6 +58,69 @@ class DeadLetterAdmin(admin.ModelAdmin):
 
     def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         return False  # discarding is an action with a permission of its own
+
+    # ----------------------------------------------------------------- actions
+
+    def has_replay_permission(self, request: HttpRequest) -> bool:
+        return request.user.has_perm("django_sqlqueue.replay_deadletter")
+
+    def has_discard_permission(self, request: HttpRequest) -> bool:
+        return request.user.has_perm("django_sqlqueue.discard_deadletter")
+
+    @admin.action(description="Replay to the group that gave up on them", permissions=["replay"])
+    def replay_dead_letters(self, request: HttpRequest,
+                            queryset: QuerySet[Any]) -> HttpResponse | None:
+        return self._run(request, queryset, "replay_dead_letters", replay=True)
+
+    @admin.action(description="Discard for good", permissions=["discard"])
+    def discard_dead_letters(self, request: HttpRequest,
+                             queryset: QuerySet[Any]) -> HttpResponse | None:
+        return self._run(request, queryset, "discard_dead_letters", replay=False)
+
+    def _run(self, request: HttpRequest, queryset: QuerySet[Any], action: str,
+             replay: bool) -> HttpResponse | None:
+        """Confirm first (count and sample); once confirmed, hand the matching dead letters
+        to the operation in batches of ids, lowest first. Each batch goes by id, so what
+        runs is exactly what the filter matched, payload search included."""
+        queryset = queryset.order_by()
+        if not confirmed(request):
+            count = queryset.count()
+            if replay:
+                return confirmation_page(
+                    self, request, queryset.order_by("-failed_at", "-offset"), action,
+                    "Replay dead letters", "Replay", count,
+                    "Each is appended to its original topic again and delivered only to the "
+                    "group that gave up on it; the dead letter is then gone.")
+            return confirmation_page(
+                self, request, queryset.order_by("-failed_at", "-offset"), action,
+                "Discard dead letters", "Discard", count,
+                "They are deleted for good; no group will see them again.")
+        done = skipped = 0
+        after = 0
+        operate = operations.replay if replay else operations.discard
+        using = queryset.db
+        while True:
+            ids = tuple(queryset.filter(offset__gt=after).order_by("offset")
+                        .values_list("offset", flat=True)[:ACTION_BATCH])
+            if not ids:
+                break
+            outcome = operate(operations.DeadLetterFilter(ids=ids), using=using)
+            done += outcome.replayed if replay else outcome.discarded
+            skipped += outcome.skipped
+            after = ids[-1]
+        if replay:
+            text = (f"Replayed {done} dead letter{'s' if done != 1 else ''} to the consumer "
+                    "group that gave up on each.")
+            if skipped:
+                text += (f" Skipped {skipped} whose group is no longer registered for its "
+                         "topic.")
+        else:
+            text = f"Discarded {done} dead letter{'s' if done != 1 else ''}."
+        if done or not skipped:
+            record(request, DeadLetter, text)
+        else:
+            messages.warning(request, text)
+        return None
 
     # ----------------------------------------------------------------- search
 

@@ -5,11 +5,16 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.contrib import admin
-from django.http import HttpRequest, HttpResponse
+from django.contrib import admin, messages
+from django.core.exceptions import PermissionDenied
+from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect
+from django.urls import path, reverse
+from django.views.decorators.http import require_POST
 
+from .. import operations
 from ..models import LogSequencer, QueueMessage
 from . import display
+from .actions import record
 from .deliveries import deliveries
 from .filters import PartitionFilter, TopicFilter
 from .paginator import CappedPaginator
@@ -59,7 +64,40 @@ class QueueMessageAdmin(admin.ModelAdmin):
             now_ms = LogSequencer.objects.head(message._state.db or "default")[2]
             context["sqlqueue_deliveries"] = deliveries(message, now_ms)
             context["sqlqueue_can_deliver"] = self.has_deliver_permission(request)
+            context["sqlqueue_deliver_url"] = reverse(
+                "admin:django_sqlqueue_queuemessage_deliver", args=[message.offset])
         return super().change_view(request, object_id, form_url, context)
+
+    def get_urls(self) -> list[Any]:
+        deliver = self.admin_site.admin_view(require_POST(self.deliver_view))
+        return [path("<int:offset>/deliver/", deliver,
+                     name="django_sqlqueue_queuemessage_deliver"), *super().get_urls()]
+
+    def deliver_view(self, request: HttpRequest, offset: int) -> HttpResponse:
+        """Deliver now: the message, waiting out a delay or a backoff for one group, becomes
+        deliverable to that group at once."""
+        if not self.has_deliver_permission(request):
+            raise PermissionDenied
+        message = self.get_object(request, str(offset))
+        if message is None:
+            raise Http404(f"no message with offset {offset}")
+        group = request.POST.get("group", "")
+        try:
+            changed = operations.deliver_now(group, message.topic, message.offset,
+                                             by=f"admin:{request.user.get_username()}",
+                                             using=message._state.db or "default")
+        except operations.OperationError as exc:
+            messages.error(request, str(exc))
+        else:
+            if changed:
+                record(request, QueueMessage,
+                       f"Message {message.offset} of {message.topic!r} is deliverable to "
+                       f"consumer group {group!r} now.", object_id=str(message.offset))
+            else:
+                messages.info(request, f"Message {message.offset} was deliverable to {group!r} "
+                              "already (or is running); nothing changed.")
+        return HttpResponseRedirect(
+            reverse("admin:django_sqlqueue_queuemessage_change", args=[message.offset]))
 
     def has_deliver_permission(self, request: HttpRequest) -> bool:
         return request.user.has_perm("django_sqlqueue.deliver_message")

@@ -14,8 +14,9 @@ from django.core.exceptions import PermissionDenied
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.template.response import TemplateResponse
 
+from .. import operations
 from ..conf import get_settings
-from ..groups import GroupInUse, UnknownGroup, forget_group
+from ..groups import GroupInUse, UnknownGroup
 from ..models import (
     ConsumerOffset,
     LogSequencer,
@@ -148,6 +149,25 @@ class PartitionPageAdmin(PageAdmin):
     def has_release_permission(self, request: HttpRequest) -> bool:
         return request.user.has_perm("django_sqlqueue.release_partition")
 
+    def act(self, request: HttpRequest) -> None:
+        if request.POST.get("action") != "release" or not self.has_release_permission(request):
+            raise PermissionDenied
+        group, topic = request.POST.get("group", ""), request.POST.get("topic", "")
+        partition = request.POST.get("partition", "")
+        try:
+            released = operations.release_leases(group=group, topic=topic, partition=partition,
+                                                 using=self.using())
+        except operations.OperationError as exc:
+            messages.error(request, str(exc))
+            return
+        if not released.leases:
+            messages.info(request, f"Partition {partition} of {topic!r} for {group!r} was not "
+                          "leased; nothing changed.")
+            return
+        record(request, PartitionPage,
+               f"Released partition {partition} of topic {topic!r} for consumer group "
+               f"{group!r}: its owner drops it at its next poll and the group rebalances.")
+
 
 @admin.register(SubscriberPage)
 class SubscriberPageAdmin(PageAdmin):
@@ -194,8 +214,8 @@ class SubscriberPageAdmin(PageAdmin):
             raise PermissionDenied
         group, topic = request.POST.get("group", ""), request.POST.get("topic", "")
         try:
-            done = forget_group(group, topic or None, using=self.using())
-        except (GroupInUse, UnknownGroup) as exc:
+            done = operations.forget(group, topic or None, using=self.using())
+        except (GroupInUse, UnknownGroup, operations.OperationError) as exc:
             messages.error(request, str(exc))
             return
         record(request, SubscriberPage,

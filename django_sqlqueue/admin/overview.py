@@ -1,0 +1,95 @@
+"""The overview: one row per topic and consumer group, readable at a glance.
+
+Its figures come from :func:`django_sqlqueue.operations.overview`, the same rows as
+``manage.py sqlqueue stats``; pause and resume call the operations of the same names.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.contrib import admin, messages
+from django.core.exceptions import PermissionDenied
+from django.http import HttpRequest
+from django.urls import path, reverse
+from django.utils.http import urlencode
+
+from .. import operations
+from ..models import ConsumerGroupPage
+from . import charts, display
+from .actions import record
+from .pages import PageAdmin
+
+OVERVIEW_URL_NAME = "django_sqlqueue_overview"
+
+
+@admin.register(ConsumerGroupPage)
+class OverviewAdmin(PageAdmin):
+    template = "admin/django_sqlqueue/overview.html"
+
+    def get_urls(self) -> list[Any]:
+        view = self.admin_site.admin_view(self.changelist_view)
+        info = self.opts.app_label, self.opts.model_name
+        # The overview's own name, and the changelist name the admin index links to.
+        return [path("", view, name=OVERVIEW_URL_NAME),
+                path("", view, name="{}_{}_changelist".format(*info))]
+
+    def page_context(self, request: HttpRequest, using: str, now_ms: int) -> dict[str, Any]:
+        stats = operations.overview(using=using)
+        largest = max([row.lag for row in stats] + [1])
+        dead_letters = reverse("admin:django_sqlqueue_deadletter_changelist")
+        partitions = reverse("admin:django_sqlqueue_partitionpage_changelist")
+        rows = [{
+            "topic": row.topic,
+            "group": row.group,
+            "lag": row.lag,
+            "lag_capped": row.lag_capped,
+            "lag_bar": charts.lag_bar(row.lag, largest),
+            "in_flight": row.in_flight,
+            "dead_letters": row.dead_letters,
+            "dead_letters_url": dead_letters + "?" + urlencode(
+                {"original_topic": row.topic, "consumer_group": row.group}),
+            "partitions_url": partitions + "?" + urlencode({"group": row.group, "topic": row.topic}),
+            "oldest": display.age(row.oldest_pending_age_seconds),
+            "workers": row.workers,
+            "paused": row.paused,
+            "spark": charts.sparkline(row.handled_per_minute),
+            "handled_last_hour": sum(row.handled_per_minute),
+            "failed_last_hour": sum(row.failed_per_minute),
+            "trouble": bool(row.dead_letters or (row.lag and (row.workers == 0 or row.paused))),
+        } for row in stats]
+        return {
+            "rows": rows,
+            "lagging": sum(1 for row in stats if row.lag),
+            "dead_letter_total": sum(row.dead_letters for row in stats),
+            "without_workers": sum(1 for row in stats if row.workers == 0),
+            "paused_count": sum(1 for row in stats if row.paused),
+            "can_pause": request.user.has_perm("django_sqlqueue.pause_group"),
+            "can_resume": request.user.has_perm("django_sqlqueue.resume_group"),
+        }
+
+    def act(self, request: HttpRequest) -> None:
+        action = request.POST.get("action")
+        group, topic = request.POST.get("group", ""), request.POST.get("topic", "")
+        if action not in ("pause", "resume") or not request.user.has_perm(
+                f"django_sqlqueue.{action}_group"):
+            raise PermissionDenied
+        by = f"admin:{request.user.get_username()}"
+        try:
+            if action == "pause":
+                changed = operations.pause(group, topic, by=by, using=self.using())
+            else:
+                changed = operations.resume(group, topic, by=by, using=self.using())
+        except operations.OperationError as exc:
+            messages.error(request, str(exc))
+            return
+        if not changed:
+            messages.info(request, f"Consumer group {group!r} on {topic!r} was already "
+                          f"{'paused' if action == 'pause' else 'running'}; nothing changed.")
+            return
+        if action == "pause":
+            text = (f"Paused consumer group {group!r} on topic {topic!r}: its workers take no "
+                    "new deliveries of it from their next poll; publishing goes on.")
+        else:
+            text = f"Resumed consumer group {group!r} on topic {topic!r}."
+        record(request, ConsumerGroupPage, text)
