@@ -261,3 +261,20 @@ def fails_with_a_line_break(message: sqlqueue.Message) -> None:
     """Fails with an error text that would start a log line of its own, unescaped."""
     record(message)
     raise RuntimeError(f"no such order\n{message.payload['forged']}\x1b[2J")
+
+
+# Failing long enough (four attempts over about 3 s) for an operator to see it in the admin.
+PATIENT_RETRY = sqlqueue.ExponentialBackoff(base=1.0, cap=2.0, jitter=False)
+
+
+@sqlqueue.subscriber("checkout", group="payments", batch_size=1, max_attempts=3,
+                     backoff=PATIENT_RETRY)
+@sqlqueue.subscriber("checkout", group="emails", backoff=FAST_RETRY)
+def checkout(message: sqlqueue.Message) -> None:
+    """The payments group fails while the file named by payload["broken_while"] exists:
+    deleting it is the fix being deployed. The emails group always succeeds."""
+    record(message)
+    broken = message.payload.get("broken_while") if isinstance(message.payload, dict) else None
+    if message.group == "payments" and broken and os.path.exists(broken):
+        raise RuntimeError(
+            f"payment provider refused customer {message.payload.get('customer_id')}")
