@@ -65,6 +65,10 @@ TEMPLATES = [
 ]
 
 ROOT_URLCONF = "tests.urls"
+# No django.contrib.staticfiles: the admin pages must work without it. A URL for static
+# files is still set, as a site serving them from its web server would (the live server of
+# the browser test needs one).
+STATIC_URL = "/static/"
 
 USE_TZ = True
 TIME_ZONE = "UTC"
