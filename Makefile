@@ -1,6 +1,8 @@
 # django-sqlqueue development tasks.
 #
 #   make demo          run the example project (SQLite, no database drivers needed)
+#   make admin         serve the example project's admin (some lag, a dead letter) on
+#                      ADMIN_ADDRESS (default 127.0.0.1:8000); log in as admin / admin
 #   make test          ruff, mypy, migration check, then pytest on SQLite, MariaDB and
 #                      PostgreSQL; with CI=true also the Python 3.11 + Django 5.2 run
 #   make test-compat   only the Python 3.11 + Django 5.2 run, on all three backends
@@ -139,10 +141,10 @@ endef
 
 # --------------------------------------------------------------------------- targets
 
-.PHONY: help demo test test-backends test-compat lint check-migrations bench chaos chaos-short provision clean FORCE
+.PHONY: help demo admin test test-backends test-compat lint check-migrations bench chaos chaos-short provision clean FORCE
 
 help:
-	@sed -n '3,19s/^# \{0,1\}//p' $(firstword $(MAKEFILE_LIST))
+	@sed -n '3,21s/^# \{0,1\}//p' $(firstword $(MAKEFILE_LIST))
 
 # The venv marker is re-checked on every run but only rewritten when the interpreter
 # changes, so the install stamps below are redone only when needed.
@@ -176,6 +178,13 @@ $(COMPAT_VENV)/.stamp-dev: pyproject.toml $(COMPAT_VENV)/.sqlqueue-python | prov
 demo: $(VENV)/.stamp-base
 	$(PY) example_project/manage.py migrate --noinput
 	$(PY) example_project/manage.py demo
+
+ADMIN_ADDRESS ?= 127.0.0.1:8000
+
+admin: $(VENV)/.stamp-base
+	$(PY) example_project/manage.py migrate --noinput
+	$(PY) example_project/manage.py admin_demo
+	$(PY) example_project/manage.py runserver $(ADMIN_ADDRESS)
 
 lint: $(VENV)/.stamp-dev
 	$(PY) -m ruff check $(LINT_PATHS)

@@ -75,8 +75,8 @@ def operator() -> User:
     user = User.objects.create_user("operator", password="night-shift", is_staff=True)
     user.user_permissions.set(Permission.objects.filter(
         content_type__app_label="django_sqlqueue",
-        codename__in=["view_consumergrouppage", "view_deadletter", "replay_deadletter",
-                      "view_queuemessage", "view_partitionpage", "view_subscriberpage"]))
+        codename__in=["view_overview", "view_deadletter", "replay_deadletter",
+                      "view_queuemessage", "view_partition", "view_subscriber"]))
     return user
 
 

@@ -26,7 +26,7 @@ from tests.admin_fixtures import client_for, dead_letter, staff
 pytestmark = pytest.mark.django_db
 
 OVERVIEW = reverse("admin:django_sqlqueue_overview")
-PARTITIONS = reverse("admin:django_sqlqueue_partitionpage_changelist")
+PARTITIONS = reverse("admin:django_sqlqueue_partition_changelist")
 
 
 def db_now() -> int:
@@ -106,12 +106,12 @@ def test_pausing_an_unregistered_group_says_why(admin_client):
 
 def test_pause_and_resume_each_need_their_own_permission(db):
     registered("billing", "orders")
-    viewer = client_for(staff("viewer", "view_consumergrouppage"))
+    viewer = client_for(staff("viewer", "view_overview"))
     page = viewer.get(OVERVIEW)
     assert page.status_code == 200 and 'value="pause"' not in page.content.decode()
     assert viewer.post(OVERVIEW, {"action": "pause", "group": "billing",
                                   "topic": "orders"}).status_code == 403
-    pauser = client_for(staff("pauser", "view_consumergrouppage", "pause_group"))
+    pauser = client_for(staff("pauser", "view_overview", "pause_group"))
     pauser.post(OVERVIEW, {"action": "pause", "group": "billing", "topic": "orders"})
     assert GroupControl.objects.get().paused
     assert pauser.post(OVERVIEW, {"action": "resume", "group": "billing",
@@ -157,7 +157,7 @@ def test_release_needs_its_permission(db):
     PartitionLease.objects.create(consumer_group="billing", topic="slow", partition_key="0",
                                   leased_by="w-1", leased_at=db_now(), lease_renewed_at=db_now(),
                                   generation=3)
-    viewer = client_for(staff("viewer", "view_partitionpage"))
+    viewer = client_for(staff("viewer", "view_partition"))
     assert "Release" not in viewer.get(PARTITIONS).content.decode()
     assert viewer.post(PARTITIONS, {"action": "release", "group": "billing", "topic": "slow",
                                     "partition": "0"}).status_code == 403
@@ -204,3 +204,14 @@ def test_deliver_now_needs_its_permission_and_a_post(db):
     assert deliverer.get(url).status_code == 405
     state = DeliveryState.objects.get(consumer_group="billing", message_offset=message.offset)
     assert state.invisible_until > db_now()
+
+
+def test_the_overview_warns_of_messages_no_worker_has_sequenced(admin_client):
+    registered("billing", "orders")
+    publish("orders", {"n": 1})
+    publish("orders", {"n": 2})
+    response = admin_client.get(OVERVIEW)
+    assert response.context["unsequenced"] == 2
+    assert "2 published messages not sequenced yet" in response.content.decode()
+    sequence_all()
+    assert "not sequenced yet" not in admin_client.get(OVERVIEW).content.decode()

@@ -25,8 +25,8 @@ from tests.admin_fixtures import client_for, dead_letter, staff
 pytestmark = pytest.mark.django_db
 
 MESSAGES = reverse("admin:django_sqlqueue_queuemessage_changelist")
-PARTITIONS = reverse("admin:django_sqlqueue_partitionpage_changelist")
-SUBSCRIBERS = reverse("admin:django_sqlqueue_subscriberpage_changelist")
+PARTITIONS = reverse("admin:django_sqlqueue_partition_changelist")
+SUBSCRIBERS = reverse("admin:django_sqlqueue_subscriber_changelist")
 
 
 def db_now() -> int:
@@ -202,7 +202,7 @@ def test_forget_refuses_a_group_with_a_live_worker(admin_client):
 def test_view_only_staff_see_the_pages_but_cannot_forget(db):
     beat("w-stopped", group="retired", stopped=True)
     ConsumerOffset.objects.ensure("retired", "orders", ["0"], using="default")
-    client = client_for(staff("viewer", "view_subscriberpage", "view_partitionpage",
+    client = client_for(staff("viewer", "view_subscriber", "view_partition",
                               "view_queuemessage"))
     page = client.get(SUBSCRIBERS)
     assert page.status_code == 200 and "Forget group" not in page.content.decode()

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import django
 from django.contrib import messages
 from django.contrib.admin import ModelAdmin, helpers
 from django.contrib.admin.models import CHANGE, LogEntry
@@ -56,6 +57,7 @@ def confirmation_page(model_admin: ModelAdmin, request: HttpRequest, queryset: Q
         **model_admin.admin_site.each_context(request),
         "title": title,
         "opts": opts,
+        "sqlqueue_list_breadcrumbs": django.VERSION >= (6, 0),
         "verb": verb,
         "count": count,
         "sample": sample,

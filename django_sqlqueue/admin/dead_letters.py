@@ -35,6 +35,7 @@ class DeadLetterAdmin(admin.ModelAdmin):
     sortable_by = ()  # every other order would sort the dead letters in full
     paginator = CappedPaginator
     show_full_result_count = False  # no COUNT(*) over every dead letter
+    show_facets = admin.ShowFacets.NEVER  # facet counts would COUNT(*) every filter choice
     list_per_page = 50
     change_list_template = "admin/django_sqlqueue/change_list.html"
     fieldsets = (

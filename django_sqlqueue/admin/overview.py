@@ -15,15 +15,16 @@ from django.urls import path, reverse
 from django.utils.http import urlencode
 
 from .. import operations
-from ..models import ConsumerGroupPage
+from ..models import Overview, QueueMessage
 from . import charts, display
 from .actions import record
 from .pages import PageAdmin
 
 OVERVIEW_URL_NAME = "django_sqlqueue_overview"
+UNSEQUENCED_CAP = 10_000
 
 
-@admin.register(ConsumerGroupPage)
+@admin.register(Overview)
 class OverviewAdmin(PageAdmin):
     template = "admin/django_sqlqueue/overview.html"
 
@@ -38,7 +39,7 @@ class OverviewAdmin(PageAdmin):
         stats = operations.overview(using=using)
         largest = max([row.lag for row in stats] + [1])
         dead_letters = reverse("admin:django_sqlqueue_deadletter_changelist")
-        partitions = reverse("admin:django_sqlqueue_partitionpage_changelist")
+        partitions = reverse("admin:django_sqlqueue_partition_changelist")
         rows = [{
             "topic": row.topic,
             "group": row.group,
@@ -60,6 +61,10 @@ class OverviewAdmin(PageAdmin):
         } for row in stats]
         return {
             "rows": rows,
+            # Lag counts sequenced messages only; with no worker running nothing is
+            # sequenced, so messages published meanwhile would not show anywhere else.
+            "unsequenced": QueueMessage.objects.unsequenced_count(UNSEQUENCED_CAP + 1, using),
+            "unsequenced_cap": UNSEQUENCED_CAP,
             "lagging": sum(1 for row in stats if row.lag),
             "dead_letter_total": sum(row.dead_letters for row in stats),
             "without_workers": sum(1 for row in stats if row.workers == 0),
@@ -92,4 +97,4 @@ class OverviewAdmin(PageAdmin):
                     "new deliveries of it from their next poll; publishing goes on.")
         else:
             text = f"Resumed consumer group {group!r} on topic {topic!r}."
-        record(request, ConsumerGroupPage, text)
+        record(request, Overview, text)

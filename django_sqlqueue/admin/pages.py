@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import django
 from django.contrib import admin, messages
 from django.core.exceptions import PermissionDenied
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
@@ -20,24 +21,26 @@ from ..groups import GroupInUse, UnknownGroup
 from ..models import (
     ConsumerOffset,
     LogSequencer,
+    Partition,
     PartitionLease,
-    PartitionPage,
     QueueMessage,
+    Subscriber,
     SubscriberHeartbeat,
-    SubscriberPage,
 )
 from . import display
 from .actions import record
 from .paginator import CappedPaginator
 
+LIST_BREADCRUMBS = django.VERSION >= (6, 0)  # Django 6 draws breadcrumbs as a list
 LAG_CAP = 100_000  # messages counted above a watermark at most, per partition
 ROWS_PER_PAGE = 100
 
 
 class PageAdmin(admin.ModelAdmin):
-    """A read-only page under the admin index, drawn by ``template`` from ``rows()``."""
+    """A read-only page under the admin index, drawn by ``template`` from ``page_context()``."""
 
     template = ""
+    show_facets = admin.ShowFacets.NEVER
 
     def has_add_permission(self, request: HttpRequest) -> bool:
         return False
@@ -68,6 +71,7 @@ class PageAdmin(admin.ModelAdmin):
             **self.admin_site.each_context(request),
             "opts": self.opts,
             "title": str(self.opts.verbose_name_plural).capitalize(),
+            "sqlqueue_list_breadcrumbs": LIST_BREADCRUMBS,
             "now_ms": now_ms,
             **self.page_context(request, using, now_ms),
             **(extra_context or {}),
@@ -90,8 +94,8 @@ def _choice(request: HttpRequest, name: str) -> str:
     return request.GET.get(name, "").strip()
 
 
-@admin.register(PartitionPage)
-class PartitionPageAdmin(PageAdmin):
+@admin.register(Partition)
+class PartitionAdmin(PageAdmin):
     template = "admin/django_sqlqueue/partitions.html"
 
     def page_context(self, request: HttpRequest, using: str, now_ms: int) -> dict[str, Any]:
@@ -164,13 +168,13 @@ class PartitionPageAdmin(PageAdmin):
             messages.info(request, f"Partition {partition} of {topic!r} for {group!r} was not "
                           "leased; nothing changed.")
             return
-        record(request, PartitionPage,
+        record(request, Partition,
                f"Released partition {partition} of topic {topic!r} for consumer group "
                f"{group!r}: its owner drops it at its next poll and the group rebalances.")
 
 
-@admin.register(SubscriberPage)
-class SubscriberPageAdmin(PageAdmin):
+@admin.register(Subscriber)
+class SubscriberAdmin(PageAdmin):
     template = "admin/django_sqlqueue/subscribers.html"
 
     def page_context(self, request: HttpRequest, using: str, now_ms: int) -> dict[str, Any]:
@@ -218,7 +222,7 @@ class SubscriberPageAdmin(PageAdmin):
         except (GroupInUse, UnknownGroup, operations.OperationError) as exc:
             messages.error(request, str(exc))
             return
-        record(request, SubscriberPage,
+        record(request, Subscriber,
                f"Forgot consumer group {done.group!r} on {', '.join(done.topics)}: "
                f"{done.watermarks} watermark(s), {done.deliveries} delivery row(s), "
                f"{done.leases} lease(s) and {done.heartbeats} heartbeat(s) deleted; it no "

@@ -6,23 +6,23 @@ from .heartbeats import SubscriberHeartbeat
 from .leases import PartitionLease
 from .messages import QueueMessage
 from .offsets import ConsumerOffset
-from .operated import ConsumerGroupPage, DeadLetter, PartitionPage, SubscriberPage
+from .operated import DeadLetter, Overview, Partition, Subscriber
 from .sequencer import LogSequencer
 from .throughput import Throughput
 from .topics import Topic
 
 __all__ = [
-    "ConsumerGroupPage",
     "ConsumerOffset",
     "DeadLetter",
     "DeliveryState",
     "GroupControl",
     "LogSequencer",
-    "PartitionPage",
+    "Overview",
+    "Partition",
     "PartitionLease",
     "QueueMessage",
+    "Subscriber",
     "SubscriberHeartbeat",
-    "SubscriberPage",
     "Throughput",
     "Topic",
 ]

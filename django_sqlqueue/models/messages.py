@@ -231,6 +231,11 @@ class QueueMessageManager(models.Manager["QueueMessage"]):
         )
         return [UnsequencedRow(int(r[0]), r[1], r[2]) for r in rows]
 
+    def unsequenced_count(self, cap: int, using: str) -> int:
+        """Committed messages still waiting for a position, counted up to ``cap`` (the
+        queue_msg_sequencing index): a backlog here means no worker is sequencing."""
+        return int(self.using(using).filter(position__isnull=True)[:cap].count())
+
     def assign_positions(self, assignments: Sequence[tuple[int, int, str]], using: str) -> None:
         """Set (offset, position, partition) for sequenced rows, in one statement."""
         connection = connections[using]

@@ -49,7 +49,7 @@ class DeadLetter(QueueMessage):
         return f"#{self.offset} {self.original_topic}{key} given up by {self.consumer_group}"
 
 
-class ConsumerGroupPage(models.Model):
+class Overview(models.Model):
     """The overview page: one row per topic and consumer group (no table)."""
 
     class Meta:
@@ -67,7 +67,7 @@ class ConsumerGroupPage(models.Model):
         return "overview"
 
 
-class PartitionPage(models.Model):
+class Partition(models.Model):
     """The partitions page: each group's lease and progress per partition (no table)."""
 
     class Meta:
@@ -82,7 +82,7 @@ class PartitionPage(models.Model):
         return "partitions"
 
 
-class SubscriberPage(models.Model):
+class Subscriber(models.Model):
     """The subscribers page: workers by heartbeat (no table)."""
 
     class Meta:

@@ -35,6 +35,7 @@ import django_sqlqueue as sqlqueue
 from django_sqlqueue.models import PartitionLease, QueueMessage, SubscriberHeartbeat
 from django_sqlqueue.sequencing import sequence_all
 from shop.models import HandlerRun, Order
+from shop.operator import ADMIN_URL, ensure_superuser
 from shop.services import TOPIC, place_order, place_orders_in_bulk
 
 REMINDER_TOPIC = "reminders"
@@ -341,4 +342,8 @@ class Command(BaseCommand):
                     process.kill()
         self.stdout.write("")
         _summary(run)
+        username, password = ensure_superuser()
         self.stdout.write(self.style.SUCCESS("Done."))
+        self.stdout.write(
+            f"See the queue in Django's admin: run `make admin`, open {ADMIN_URL} and log in as "
+            f"{username} / {password}.")
