@@ -6,6 +6,7 @@ import logging
 import queue
 import threading
 import time
+from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 
 from django.db import close_old_connections
@@ -24,7 +25,10 @@ logger = logging.getLogger("django_sqlqueue.worker")
 class Dispatcher:
     """Hands messages to handler threads; outcomes come back on ``outcomes``."""
 
-    def __init__(self, concurrency: int, wake: threading.Event) -> None:
+    def __init__(self, concurrency: int, wake: threading.Event,
+                 on_finished: Callable[[Ident, float], None] | None = None) -> None:
+        # Told each handler's run time (seconds) when metrics are on; None costs nothing.
+        self.on_finished = on_finished
         self.outcomes: queue.SimpleQueue[Outcome] = queue.SimpleQueue()
         self._pool = ThreadPoolExecutor(max_workers=concurrency, thread_name_prefix="sqlqueue-handler")
         self._wake = wake
@@ -117,6 +121,7 @@ class Dispatcher:
             self._started.setdefault((partition.ident, message.offset), time.monotonic())
         subscription = partition.subscription
         close_old_connections()
+        started = time.monotonic() if self.on_finished is not None else 0.0
         try:
             subscription.handler(message)
         except Retry as exc:
@@ -131,6 +136,8 @@ class Dispatcher:
         else:
             self.outcomes.put(Acked(partition, generation, message))
         finally:
+            if self.on_finished is not None:
+                self.on_finished(partition.ident, time.monotonic() - started)
             close_old_connections()
 
     def _failed(self, partition: Partition, generation: int, message: Message, error: str,

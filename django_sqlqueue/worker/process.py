@@ -14,6 +14,7 @@ import socket
 import threading
 import time
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from django.db import connections
 
@@ -35,6 +36,9 @@ from .leasing import Leasing
 from .outcomes import Outcome
 from .partitions import Ident, Partition
 from .session import SessionBounds
+
+if TYPE_CHECKING:
+    from ..metrics.worker import WorkerMetrics
 
 logger = logging.getLogger("django_sqlqueue.worker")
 
@@ -59,6 +63,7 @@ class Worker:
         concurrency: int = 4,
         burst: bool = False,
         using: str = "default",
+        metrics: WorkerMetrics | None = None,
     ) -> None:
         if not subscriptions:
             raise ValueError("a worker needs at least one subscription")
@@ -80,7 +85,10 @@ class Worker:
         self.wake = threading.Event()
         self.stopping = threading.Event()
         self.concurrency = concurrency
-        self.dispatcher = Dispatcher(concurrency, self.wake)
+        # Prometheus metrics, when runqueueworker --metrics-port asked for them.
+        self.metrics = metrics
+        self.dispatcher = Dispatcher(concurrency, self.wake,
+                                     metrics.handler_finished if metrics else None)
         self.leasing = Leasing(self.name, using, subscriptions, conf.lease_duration)
         self.cycle = PollCycle(self.name, self.leasing.token, using, conf.dlq_suffix,
                                self.clock.now_ms, self.dispatcher.is_running, self._may_extend)
@@ -130,6 +138,8 @@ class Worker:
             while not self.stopping.is_set():
                 started = time.monotonic()
                 delay = self._step("poll", self._tick)
+                if self.metrics is not None:
+                    self.metrics.poll_finished(time.monotonic() - started)
                 if delay is None:
                     delay = self.faults_delay
                 else:

@@ -263,6 +263,26 @@ def fails_with_a_line_break(message: sqlqueue.Message) -> None:
     raise RuntimeError(f"no such order\n{message.payload['forged']}\x1b[2J")
 
 
+# ------------------------------------------------------------------ operating
+
+
+@sqlqueue.subscriber("fixable", group="billing", max_attempts=2, backoff=FAST_RETRY)
+@sqlqueue.subscriber("fixable", group="shipping", max_attempts=2, backoff=FAST_RETRY)
+def fixable(message: sqlqueue.Message) -> None:
+    """Fails for billing while the file payload["fail_while"] exists: the handler an
+    operator fixes before replaying its dead letters."""
+    record(message)
+    if message.group == "billing" and os.path.exists(message.payload["fail_while"]):
+        raise RuntimeError(f"billing is broken for {message.payload.get('customer_id')}")
+
+
+@sqlqueue.subscriber("pausable", group="billing", batch_size=1, backoff=FAST_RETRY)
+def pausable(message: sqlqueue.Message) -> None:
+    """Strictly ordered; sleeps payload["sleep"] seconds."""
+    record(message)
+    time.sleep(float(message.payload.get("sleep", 0)))
+
+
 # Failing long enough (four attempts over about 3 s) for an operator to see it in the admin.
 PATIENT_RETRY = sqlqueue.ExponentialBackoff(base=1.0, cap=2.0, jitter=False)
 

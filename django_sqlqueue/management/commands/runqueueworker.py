@@ -13,6 +13,9 @@ from django.db import connections
 
 from django_sqlqueue.consuming.registry import autodiscover, subscriptions
 from django_sqlqueue.exceptions import ConfigurationError
+from django_sqlqueue.metrics import MISSING as METRICS_MISSING
+from django_sqlqueue.metrics import available as metrics_available
+from django_sqlqueue.metrics.worker import WorkerMetrics
 from django_sqlqueue.models.fields import SUBSCRIBER_NAME_LENGTH
 from django_sqlqueue.worker.faults import wait_for_database
 from django_sqlqueue.worker.process import EXIT_HANDLERS_ABANDONED, Worker
@@ -55,6 +58,9 @@ class Command(BaseCommand):
                             help="Exit once no subscribed partition has a deliverable message.")
         parser.add_argument("--database", default="default",
                             help="Database alias holding the queue tables (default: default).")
+        parser.add_argument("--metrics-port", default=None, metavar="PORT",
+                            help="Serve Prometheus metrics of this worker on PORT (needs the "
+                                 "'metrics' extra).")
 
     def execute(self, *args: Any, **options: Any) -> Any:
         # The system checks query the database: a worker started while the database
@@ -104,11 +110,18 @@ class Command(BaseCommand):
             raise CommandError("no subscription matches both --group and --topic",
                                returncode=USAGE_ERROR)
         _configure_logging(int(options["verbosity"]))
+        metrics = _start_metrics(options["metrics_port"])
         worker = Worker(
             selected, name=options["name"], concurrency=concurrency,
-            burst=options["burst"], using=options["database"],
+            burst=options["burst"], using=options["database"], metrics=metrics,
         )
-        code = worker.run()
+        if metrics is not None:
+            metrics.watch_leases(lambda: list(worker.partitions.values()))
+        try:
+            code = worker.run()
+        finally:
+            if metrics is not None:
+                metrics.stop()
         if code == EXIT_HANDLERS_ABANDONED:
             # The hung handlers' threads would keep the interpreter alive at exit: end the
             # process now, as the operator who sent SIGTERM expects.
@@ -145,6 +158,27 @@ def _check_options(options: dict[str, Any]) -> int:
         raise CommandError(f"--concurrency must be a whole number from 1 to {MAX_CONCURRENCY}, "
                            f"got {text!r}", returncode=USAGE_ERROR)
     return concurrency
+
+
+def _start_metrics(port_option: Any) -> WorkerMetrics | None:
+    """Serve the worker's metrics on --metrics-port, or return None (no cost) without it."""
+    if port_option is None:
+        return None
+    text = str(port_option).strip()
+    port = int(text) if text.isascii() and text.isdecimal() else 0
+    if not 1 <= port <= 65535:
+        raise CommandError(f"--metrics-port must be a port number from 1 to 65535, got {text!r}",
+                           returncode=USAGE_ERROR)
+    if not metrics_available():
+        raise CommandError(f"--metrics-port: {METRICS_MISSING}", returncode=USAGE_ERROR)
+    metrics = WorkerMetrics()
+    try:
+        metrics.serve(port)
+    except OSError as exc:
+        raise CommandError(f"--metrics-port {port}: {exc.strerror or exc}",
+                           returncode=USAGE_ERROR) from exc
+    metrics.connect()
+    return metrics
 
 
 def _configure_logging(verbosity: int) -> None:

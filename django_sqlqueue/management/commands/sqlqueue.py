@@ -7,6 +7,7 @@ and exit status 2, never a traceback or a usage screen.
 
 from __future__ import annotations
 
+import json
 import sys
 from argparse import ArgumentParser
 from typing import Any, NoReturn
@@ -14,17 +15,32 @@ from typing import Any, NoReturn
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db import connections
 
+from django_sqlqueue import operations as ops
 from django_sqlqueue.conf import MAX_PARTITIONS
 from django_sqlqueue.exceptions import TopicNotDrained
-from django_sqlqueue.groups import GroupInUse, UnknownGroup, forget_group
+from django_sqlqueue.groups import GroupInUse, UnknownGroup
+from django_sqlqueue.management.progress import ProgressBar
+from django_sqlqueue.management.selection import dead_letter_filter, positive_seconds
+from django_sqlqueue.models import ConsumerOffset, QueueMessage, Topic
 from django_sqlqueue.repartition import repartition
 
 USAGE_ERROR = 2  # exit status for bad input and refused operations
 
 SUBCOMMANDS = {
+    "stats": "One row per topic and consumer group: lag, in flight, dead letters, workers.",
+    "health": "Exit 0 when every (or the named) group has a live worker and nothing pending "
+              "too long, else 1; one line either way.",
+    "replay": "Re-deliver dead letters to the group that failed them, and only to it.",
+    "discard": "Delete dead letters for good.",
+    "pause": "Stop a consumer group's workers taking new deliveries of a topic.",
+    "resume": "Let a paused consumer group go on where it stopped.",
+    "deliver-now": "Make a message waiting out a delay or a retry backoff due at once.",
+    "release-leases": "Free the partitions a worker holds; the group rebalances.",
+    "gc": "Run garbage collection now and print what it deleted.",
     "repartition": "Change a drained topic's partition count.",
     "forget": "Retire a consumer group: delete its state so it no longer holds back GC.",
 }
+UNHEALTHY = 1  # exit status of a failed health check
 
 
 def _errors_in_one_line(parser: ArgumentParser, prog: str) -> None:
@@ -51,7 +67,7 @@ class Command(BaseCommand):
         subparsers = parser.add_subparsers(dest="subcommand", metavar="SUBCOMMAND", required=True)
         for name, text in SUBCOMMANDS.items():
             subparser = subparsers.add_parser(name, help=text, description=text)
-            getattr(self, f"add_{name}_arguments")(subparser)
+            getattr(self, f"add_{name.replace('-', '_')}_arguments")(subparser)
             subparser.add_argument("--database", default="default",
                                    help="Database alias holding the queue tables (default: default).")
             _errors_in_one_line(subparser, f"sqlqueue {name}")
@@ -60,7 +76,167 @@ class Command(BaseCommand):
         if options["database"] not in connections:
             raise CommandError(f"unknown database alias {options['database']!r}",
                                returncode=USAGE_ERROR)
-        getattr(self, f"handle_{options['subcommand']}")(options)
+        try:
+            getattr(self, f"handle_{options['subcommand'].replace('-', '_')}")(options)
+        except (ops.OperationError, GroupInUse, UnknownGroup) as exc:
+            raise CommandError(str(exc), returncode=USAGE_ERROR) from exc
+
+    # ----------------------------------------------------------------- stats
+
+    def add_stats_arguments(self, parser: ArgumentParser) -> None:
+        parser.add_argument("--json", action="store_true",
+                            help="Print a JSON list of objects instead of a table.")
+        parser.add_argument("--topic", default=None, help="Only this topic.")
+        parser.add_argument("--group", default=None, help="Only this consumer group.")
+
+    def handle_stats(self, options: dict[str, Any]) -> None:
+        self._known_names(options, options["database"])
+        rows = ops.overview(topic=options["topic"], group=options["group"],
+                            using=options["database"])
+        if options["json"]:
+            self.stdout.write(json.dumps([r.as_json() for r in rows], indent=2))
+            return
+        header = ("TOPIC", "GROUP", "LAG", "IN FLIGHT", "DEAD", "OLDEST", "WORKERS", "PAUSED",
+                  "LAST MIN", "LAST HOUR")
+        table = [header] + [(
+            r.topic, r.group, f"{r.lag}{'+' if r.lag_capped else ''}", str(r.in_flight),
+            f"{r.dead_letters}{'+' if r.dead_letters_capped else ''}",
+            "-" if r.oldest_pending_age_seconds is None else f"{r.oldest_pending_age_seconds:.0f}s",
+            str(r.workers), "yes" if r.paused else "no", str(r.handled_per_minute[-1]),
+            str(sum(r.handled_per_minute)),
+        ) for r in rows]
+        widths = [max(len(row[i]) for row in table) for i in range(len(header))]
+        for row in table:
+            self.stdout.write("  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True))
+                              .rstrip())
+        if not rows:
+            self.stdout.write("no consumer group is registered")
+
+    # ----------------------------------------------------------------- health
+
+    def add_health_arguments(self, parser: ArgumentParser) -> None:
+        parser.add_argument("--group", default=None, help="Only this consumer group.")
+        parser.add_argument("--max-age", default=None, metavar="S",
+                            help="Fail when a message has been pending longer (seconds).")
+
+    def handle_health(self, options: dict[str, Any]) -> None:
+        max_age = None
+        if options["max_age"] is not None:
+            max_age = positive_seconds("--max-age", options["max_age"])
+        report = ops.health(group=options["group"], max_age=max_age, using=options["database"])
+        if not report.ok:
+            raise CommandError(report.line, returncode=UNHEALTHY)
+        self.stdout.write(report.line)
+
+    # ----------------------------------------------------------------- dead letters
+
+    def add_replay_arguments(self, parser: ArgumentParser) -> None:
+        _dead_letter_arguments(parser)
+
+    def add_discard_arguments(self, parser: ArgumentParser) -> None:
+        _dead_letter_arguments(parser)
+
+    def handle_replay(self, options: dict[str, Any]) -> None:
+        self._dead_letters(options, ops.replay, "replayed")
+
+    def handle_discard(self, options: dict[str, Any]) -> None:
+        self._dead_letters(options, ops.discard, "discarded")
+
+    def _dead_letters(self, options: dict[str, Any], action: Any, verb: str) -> None:
+        flt = dead_letter_filter(options)
+        self._known_names(options, options["database"])
+        batch = _batch_size(options["batch_size"])
+        bar = ProgressBar(self.stderr, label=verb)
+        done = action(flt, dry_run=options["dry_run"], batch_size=batch,
+                      progress=bar.update if not options["dry_run"] else None,
+                      using=options["database"])
+        bar.finish()
+        if done.dry_run:
+            self.stdout.write(f"{done.matched} dead letter(s) match; dry run, nothing {verb}")
+            for s in done.sample:
+                self.stdout.write(f"  id={s.id} topic={s.topic} group={s.group} key={s.key!r} "
+                                  f"attempts={s.attempts} error={s.error[:120]!r}")
+            return
+        line = f"{verb} {getattr(done, verb)} of {done.matched} dead letter(s)"
+        if done.skipped:
+            line += (f"; {done.skipped} left in place: their group is no longer registered "
+                     "for the topic")
+        self.stdout.write(line)
+
+    # ----------------------------------------------------------------- pause / resume
+
+    def add_pause_arguments(self, parser: ArgumentParser) -> None:
+        parser.add_argument("--topic", required=True)
+        parser.add_argument("--group", required=True)
+
+    add_resume_arguments = add_pause_arguments
+
+    def handle_pause(self, options: dict[str, Any]) -> None:
+        changed = ops.pause(options["group"], options["topic"], by="manage.py sqlqueue",
+                            using=options["database"])
+        self.stdout.write(f"consumer group {options['group']!r} on {options['topic']!r}: "
+                          + ("paused" if changed else "was paused already"))
+
+    def handle_resume(self, options: dict[str, Any]) -> None:
+        changed = ops.resume(options["group"], options["topic"], by="manage.py sqlqueue",
+                             using=options["database"])
+        self.stdout.write(f"consumer group {options['group']!r} on {options['topic']!r}: "
+                          + ("resumed" if changed else "was not paused"))
+
+    # ----------------------------------------------------------------- deliver-now
+
+    def add_deliver_now_arguments(self, parser: ArgumentParser) -> None:
+        parser.add_argument("--topic", required=True)
+        parser.add_argument("--group", required=True)
+        parser.add_argument("--offset", required=True, help="The message's offset.")
+
+    def handle_deliver_now(self, options: dict[str, Any]) -> None:
+        text = str(options["offset"]).strip()
+        if not (text.isascii() and text.isdecimal() and int(text) > 0):
+            raise CommandError(f"--offset must be a positive whole number, got {text!r}",
+                               returncode=USAGE_ERROR)
+        changed = ops.deliver_now(options["group"], options["topic"], int(text),
+                                  by="manage.py sqlqueue", using=options["database"])
+        self.stdout.write(f"message {text}: " + ("deliverable now" if changed else
+                                                  "was deliverable already (or is running)"))
+
+    # ----------------------------------------------------------------- release-leases
+
+    def add_release_leases_arguments(self, parser: ArgumentParser) -> None:
+        parser.add_argument("--subscriber", required=True, metavar="NAME",
+                            help="The worker's --name.")
+        parser.add_argument("--group", default=None)
+        parser.add_argument("--topic", default=None)
+
+    def handle_release_leases(self, options: dict[str, Any]) -> None:
+        done = ops.release_leases(subscriber=options["subscriber"], group=options["group"],
+                                  topic=options["topic"], using=options["database"])
+        self.stdout.write(f"released {done.leases} lease(s) of {options['subscriber']!r}")
+
+    # ----------------------------------------------------------------- gc
+
+    def add_gc_arguments(self, parser: ArgumentParser) -> None:
+        parser.add_argument("--topic", default=None, help="Only this topic.")
+
+    def handle_gc(self, options: dict[str, Any]) -> None:
+        self._known_names(options, options["database"])
+        done = ops.run_gc(topic=options["topic"], using=options["database"])
+        if not done.deleted:
+            self.stdout.write("gc deleted nothing")
+        for topic, count in sorted(done.deleted.items()):
+            self.stdout.write(f"gc deleted {count} message(s) of {topic!r}")
+
+    def _known_names(self, options: dict[str, Any], using: str) -> None:
+        """Refuse a --topic or --group the database has never heard of (a typo)."""
+        topic, group = options.get("topic"), options.get("group")
+        if topic is not None and not (
+                Topic.objects.using(using).filter(topic=topic).exists()
+                or ConsumerOffset.objects.using(using).filter(topic=topic).exists()):
+            raise CommandError(f"unknown topic {topic!r}", returncode=USAGE_ERROR)
+        if group is not None and not (
+                ConsumerOffset.objects.using(using).filter(consumer_group=group).exists()
+                or QueueMessage.objects.using(using).filter(consumer_group=group).exists()):
+            raise CommandError(f"unknown consumer group {group!r}", returncode=USAGE_ERROR)
 
     # ----------------------------------------------------------------- repartition
 
@@ -104,12 +280,34 @@ class Command(BaseCommand):
         group, topic = options["group"].strip(), options["topic"]
         if not group or (topic is not None and not topic.strip()):
             raise CommandError("--group and --topic must not be empty", returncode=USAGE_ERROR)
-        try:
-            done = forget_group(group, topic, using=options["database"])
-        except (GroupInUse, UnknownGroup) as exc:
-            raise CommandError(str(exc), returncode=USAGE_ERROR) from exc
+        done = ops.forget(group, topic, using=options["database"])
         self.stdout.write(
             f"forgot consumer group {done.group!r} on {', '.join(map(repr, done.topics))}: "
             f"{done.watermarks} watermark(s), {done.deliveries} delivery row(s), "
             f"{done.leases} lease(s), {done.heartbeats} heartbeat(s) deleted"
         )
+
+
+def _dead_letter_arguments(parser: ArgumentParser) -> None:
+    # Strings, checked in handle() (see dead_letter_filter), so a bad value gets one line.
+    parser.add_argument("--id", action="append", default=[], metavar="ID",
+                        help="A dead letter's id (repeatable).")
+    parser.add_argument("--topic", default=None, help="The topic the message was published to.")
+    parser.add_argument("--group", default=None, help="The consumer group that failed it.")
+    parser.add_argument("--older-than", default=None, metavar="AGE",
+                        help="Dead-lettered longer ago than AGE: seconds, or 30m, 12h, 7d.")
+    parser.add_argument("--error-contains", default=None, metavar="TEXT",
+                        help="Its last error contains TEXT (case-insensitive).")
+    parser.add_argument("--dry-run", action="store_true",
+                        help="Print the count and a sample; change nothing.")
+    parser.add_argument("--batch-size", default=str(ops.dead_letters.BATCH_SIZE), metavar="N",
+                        help="Dead letters per transaction (default: %(default)s).")
+
+
+def _batch_size(value: Any) -> int:
+    text = str(value).strip()
+    size = int(text) if text.isascii() and text.isdecimal() else 0
+    if not 1 <= size <= 10_000:
+        raise CommandError(f"--batch-size must be a whole number from 1 to 10000, got {text!r}",
+                           returncode=USAGE_ERROR)
+    return size

@@ -1,0 +1,51 @@
+"""Gauges read from the database at scrape time, per consumer group and topic.
+
+A custom collector: ``describe()`` names the families without touching the database, so
+registering it is free; ``collect()`` runs one :func:`django_sqlqueue.operations.overview`.
+Modelled on the Kafka exporter's consumer-group metrics.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..operations import overview
+
+# (name, help, SubscriptionStats attribute)
+GAUGES = (
+    ("sqlqueue_consumer_group_lag", "Messages the group has not consumed yet (dead-lettered "
+     "ones count as consumed); counted up to 1,000,000.", "lag"),
+    ("sqlqueue_consumer_group_oldest_pending_age_seconds", "Seconds since the oldest message "
+     "the group has not consumed became due (0 when there is none).",
+     "oldest_pending_age_seconds"),
+    ("sqlqueue_consumer_group_in_flight", "Messages delivered to the group and not yet acked.",
+     "in_flight"),
+    ("sqlqueue_dead_letters", "Dead letters of the group's topic, not replayed or discarded.",
+     "dead_letters"),
+    ("sqlqueue_consumer_group_workers", "Workers of the group with a live heartbeat.",
+     "workers"),
+    ("sqlqueue_consumer_group_paused", "1 while an operator has paused the group on the "
+     "topic, else 0.", "paused"),
+)
+
+
+class DatabaseCollector:
+    def __init__(self, using: str = "default") -> None:
+        self.using = using
+
+    def _families(self) -> list[Any]:
+        from prometheus_client.core import GaugeMetricFamily
+
+        return [GaugeMetricFamily(name, text, labels=["group", "topic"])
+                for name, text, _ in GAUGES]
+
+    def describe(self) -> list[Any]:
+        return self._families()
+
+    def collect(self) -> list[Any]:
+        families = self._families()
+        for row in overview(using=self.using, minutes=1):
+            for family, (_, _, attribute) in zip(families, GAUGES, strict=True):
+                value = getattr(row, attribute)
+                family.add_metric([row.group, row.topic], float(value or 0))
+        return families
