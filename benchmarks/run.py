@@ -30,7 +30,7 @@ if str(REPO_ROOT) not in sys.path:
     sys.path.insert(0, str(REPO_ROOT))
 
 NAMES = ["publish_single", "publish_many", "end_to_end", "latency", "idle_queries",
-         "many_keys", "scale", "fleet"]
+         "many_keys", "scale", "fleet", "admin_pages"]
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -57,6 +57,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         help="how long scale may take to drain, in seconds (default: 1800)")
     parser.add_argument("--fleet-sizes", default="8,16,32",
                         help="comma-separated worker counts for fleet (default: 8,16,32)")
+    parser.add_argument("--admin-messages", type=int, default=1_000_000,
+                        help="messages in the log for admin_pages (default: 1000000)")
+    parser.add_argument("--admin-dead-letters", type=int, default=100_000,
+                        help="dead letters for admin_pages (default: 100000)")
     parser.add_argument("--profile", action="store_true",
                         help="MariaDB/MySQL: also count the end_to_end workers' statements "
                              "by kind and table (adds a little overhead)")
@@ -91,9 +95,9 @@ def main(argv: list[str] | None = None) -> int:
     django.setup()
     from django.core.management import call_command
 
-    from benchmarks import scaling, suite
+    from benchmarks import admin_pages, scaling, suite
 
-    benchmarks = {**suite.BENCHMARKS, **scaling.BENCHMARKS}
+    benchmarks = {**suite.BENCHMARKS, **scaling.BENCHMARKS, **admin_pages.BENCHMARKS}
 
     call_command("migrate", verbosity=0, interactive=False)
     meta = describe(db, args)
@@ -105,7 +109,8 @@ def main(argv: list[str] | None = None) -> int:
         e2e_messages=args.messages, latency_seconds=args.latency_seconds,
         idle_seconds=args.idle_seconds, profile=args.profile,
         scale_messages=args.scale_messages, scale_timeout=args.scale_timeout,
-        fleet_sizes=args.fleet_sizes,
+        fleet_sizes=args.fleet_sizes, admin_messages=args.admin_messages,
+        admin_dead_letters=args.admin_dead_letters,
     )
     results: list[suite.Result] = []
     failures: list[str] = []

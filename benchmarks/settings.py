@@ -20,7 +20,8 @@ import environ
 from benchmarks.database import own_database
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
-BENCH_DB_NAME = "sqlqueue_bench"
+# SQLQUEUE_BENCH_DB: another name, so two people's runs on one server do not collide.
+BENCH_DB_NAME = os.environ.get("SQLQUEUE_BENCH_DB", "sqlqueue_bench")
 DEFAULT_DATABASE_URL = "mysql://root@127.0.0.1:3306/test"
 
 env = environ.Env()
@@ -34,9 +35,32 @@ DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 INSTALLED_APPS = [
     "django.contrib.contenttypes",
+    # The admin_pages benchmark renders the queue's admin pages.
+    "django.contrib.auth",
+    "django.contrib.admin",
+    "django.contrib.sessions",
+    "django.contrib.messages",
     "django_sqlqueue",
     "benchmarks.benchapp",
 ]
+MIDDLEWARE = [
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+]
+TEMPLATES = [{
+    "BACKEND": "django.template.backends.django.DjangoTemplates",
+    "APP_DIRS": True,
+    "OPTIONS": {"context_processors": [
+        "django.template.context_processors.request",
+        "django.contrib.auth.context_processors.auth",
+        "django.contrib.messages.context_processors.messages",
+    ]},
+}]
+ROOT_URLCONF = "benchmarks.urls"
+STATIC_URL = "/static/"
 
 
 def bench_database() -> dict[str, object]:

@@ -97,6 +97,8 @@ class Context:
     scale_messages: int = 1_000_000
     scale_timeout: float = 1800.0
     fleet_sizes: tuple[int, ...] = (8, 16, 32)
+    admin_messages: int = 1_000_000
+    admin_dead_letters: int = 100_000
     workers: list[subprocess.Popen[bytes]] = field(default_factory=list)
     log: Callable[[str], None] = print
 
