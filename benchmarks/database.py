@@ -20,6 +20,8 @@ QUEUE_TABLES = (
     "queue_subscriber_heartbeats",
     "queue_sequencer",
     "queue_topics",
+    "queue_group_controls",
+    "queue_throughput",
 )
 
 MYSQL = "django.db.backends.mysql"

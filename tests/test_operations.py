@@ -356,3 +356,11 @@ def test_run_gc_reports_what_it_deleted_per_topic():
     collected = ops.run_gc()
 
     assert collected.deleted == {TOPIC: 3} and collected.total == 3
+
+
+def test_group_and_topic_names_in_the_new_tables_compare_byte_for_byte():
+    for group in ("billing", "Billing", "billing "):
+        GroupControl.objects.create(consumer_group=group, topic=TOPIC, paused=True)
+        Throughput.objects.add("w", 0, {(group, TOPIC): (1, 0)}, "default")
+    assert GroupControl.objects.count() == 3
+    assert Throughput.objects.count() == 3
