@@ -136,12 +136,17 @@ class _Statements:
 
     def __init__(self) -> None:
         self.sql: list[str] = []
+        self.slowest: tuple[float, str] = (0.0, "")
 
     def __call__(self, execute: Any, sql: str, params: Any, many: bool, context: Any) -> Any:
         cursor = context["cursor"]
+        began = time.perf_counter()
         result = execute(sql, params, many, context)
+        took = (time.perf_counter() - began) * 1000
         last = getattr(cursor.cursor, "_executed", None)  # MySQLdb: the statement as sent
         self.sql.append(last.decode() if isinstance(last, bytes) else (last or sql))
+        if took > self.slowest[0]:
+            self.slowest = (took, self.sql[-1])
         return result
 
 
@@ -225,6 +230,8 @@ def admin_pages(ctx: Context) -> list[Result]:
             results.append(at_most(f"admin_{name}", round(statistics.median(times), 1), "ms",
                                    PAGE_LIMIT_MS, {"queries": len(captured.sql),
                                                    "max_ms": round(max(times), 1),
+                                                   "slowest_statement_ms": round(captured.slowest[0], 1),
+                                                   "slowest_statement": captured.slowest[1][:300],
                                                    "full_scans": scans}))
     results.append(Result("admin_fill", timings["fill_messages_s"], "s", details={
         **timings, "messages": ctx.admin_messages, "dead_letters": ctx.admin_dead_letters}))
