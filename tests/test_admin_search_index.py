@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import pytest
 from django.db import connection
+from django.db.models import BooleanField
+from django.db.models.expressions import RawSQL
 from django.test import override_settings
 
 from django_sqlqueue.checks import check_settings
@@ -76,7 +78,8 @@ def test_a_search_by_a_declared_field_reads_its_index(db):
             cursor.execute("ANALYZE queue_messages")
             cursor.execute("SET enable_seqscan = off")  # a tiny table: ask whether it can
     sql, params = match_sql(connection, "customer_id", "7", indexed=True)
-    query = DeadLetter.objects.extra(where=[sql], params=params).values("offset")
+    query = DeadLetter.objects.filter(
+        RawSQL(sql, params, output_field=BooleanField())).values("offset")
     compiled, compiled_params = query.query.sql_with_params()
     assert index_name("customer_id") in _plan(compiled, list(compiled_params))
     assert [row["offset"] for row in query] == list(
