@@ -215,3 +215,11 @@ def test_the_overview_warns_of_messages_no_worker_has_sequenced(admin_client):
     assert "2 published messages not sequenced yet" in response.content.decode()
     sequence_all()
     assert "not sequenced yet" not in admin_client.get(OVERVIEW).content.decode()
+
+
+def test_the_system_checks_pass_without_staticfiles():
+    from django.conf import settings
+    from django.core import checks
+
+    assert "django.contrib.staticfiles" not in settings.INSTALLED_APPS
+    assert [m for m in checks.run_checks() if m.level >= checks.ERROR] == []
