@@ -225,3 +225,24 @@ def test_each_action_needs_its_own_permission(db):
     assert not LogEntry.objects.exists()
     post_action(replayer, "replay_dead_letters", [letter.offset], confirm=True)
     assert not DeadLetter.objects.filter(offset=letter.offset).exists()
+
+
+def test_a_bulk_replay_goes_through_every_batch(admin_client, monkeypatch):
+    from django_sqlqueue.admin import dead_letters as module
+    monkeypatch.setattr(module, "ACTION_BATCH", 2)
+    letters = [dead_letter(payload={"customer_id": 5, "n": n}) for n in range(5)]
+    DeadLetter.objects.filter(offset=letters[1].offset).update(failed_at=letters[3].failed_at)
+    done = post_action(admin_client, "replay_dead_letters", [letters[0].offset],
+                       select_across=True, confirm=True, query="?q=customer_id%3D5")
+    assert "Replayed 5 dead letters" in done.content.decode()
+    assert not DeadLetter.objects.exists()
+
+
+def test_dead_letters_of_a_retired_group_are_skipped_and_said_so(admin_client):
+    from django_sqlqueue.models import ConsumerOffset
+    letter = dead_letter(group="retired")
+    ConsumerOffset.objects.filter(consumer_group="retired").delete()
+    done = post_action(admin_client, "replay_dead_letters", [letter.offset], confirm=True)
+    assert "Skipped 1" in done.content.decode()
+    assert DeadLetter.objects.filter(offset=letter.offset).exists()
+    assert not LogEntry.objects.exists()

@@ -225,3 +225,19 @@ def test_the_admin_index_lists_the_pages(admin_client):
     for url in (MESSAGES, PARTITIONS, SUBSCRIBERS,
                 reverse("admin:django_sqlqueue_deadletter_changelist")):
         assert url in text
+
+
+def test_the_log_and_the_subscribers_page_read_a_fixed_number_of_queries(admin_client):
+    sequenced("orders", 2)
+    beat("w-0")
+    for url in (MESSAGES, SUBSCRIBERS):
+        admin_client.get(url)
+        with CaptureQueriesContext(connection) as few:
+            admin_client.get(url)
+        sequenced("orders", 20)
+        for n in range(1, 15):
+            beat(f"w-{url[-3:]}-{n}", stopped=n % 2 == 0)
+        with CaptureQueriesContext(connection) as many:
+            response = admin_client.get(url)
+        assert response.status_code == 200
+        assert len(many.captured_queries) == len(few.captured_queries), url

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from django.contrib import admin, messages
-from django.db.models import QuerySet
+from django.db.models import Q, QuerySet
 from django.http import HttpRequest, HttpResponse
 from django.utils.safestring import SafeString
 
@@ -97,18 +97,24 @@ class DeadLetterAdmin(admin.ModelAdmin):
                 "Discard dead letters", "Discard", count,
                 "They are deleted for good; no group will see them again.")
         done = skipped = 0
-        after = 0
         operate = operations.replay if replay else operations.discard
         using = queryset.db
+        # Newest first, in the order of the dead-letter indexes (each ends in failed_at,
+        # offset), going on after the last row of the previous batch: no batch sorts what is
+        # left, and dead letters the operation skips are not read again.
+        page = queryset.order_by("-failed_at", "-offset")
         while True:
-            ids = tuple(queryset.filter(offset__gt=after).order_by("offset")
-                        .values_list("offset", flat=True)[:ACTION_BATCH])
-            if not ids:
+            rows = list(page.values_list("failed_at", "offset")[:ACTION_BATCH])
+            if not rows:
                 break
-            outcome = operate(operations.DeadLetterFilter(ids=ids), using=using)
+            outcome = operate(operations.DeadLetterFilter(ids=tuple(o for _, o in rows)),
+                              using=using)
             done += outcome.replayed if replay else outcome.discarded
             skipped += outcome.skipped
-            after = ids[-1]
+            failed_at, offset = rows[-1]
+            page = queryset.filter(
+                Q(failed_at__lt=failed_at) | Q(failed_at=failed_at, offset__lt=offset)
+            ).order_by("-failed_at", "-offset")
         if replay:
             text = (f"Replayed {done} dead letter{'s' if done != 1 else ''} to the consumer "
                     "group that gave up on each.")

@@ -19,12 +19,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from django.db import connections
-from django.db.models import BooleanField, Q, QuerySet
-from django.db.models.expressions import RawSQL
+from django.db.models import Q, QuerySet
 
 from ..conf import get_settings
 from ..models import Topic
-from ..models.payload_search import FIELD_RE, indexed_column, match_sql
+from ..models.payload_search import FIELD_RE, indexed_column, match_lookup
 
 RECENT_WINDOW = 10_000  # newest dead letters searched where no index helps
 EXACT_MATCHES = 1_000  # rows taken from each exact lookup (id, key)
@@ -84,8 +83,7 @@ def search_dead_letters(queryset: QuerySet[Any], text: str) -> tuple[QuerySet[An
         else:
             bounded = True
             notes.bounded.append(f"payload field {name!r}")
-        sql, params = match_sql(connection, name, value, indexed)
-        queryset = queryset.filter(RawSQL(sql, params, output_field=BooleanField()))  # noqa: S611 - field name checked, value bound
+        queryset = queryset.filter(match_lookup(connection, name, value, indexed))
     if rest:
         notes.bounded.append("ids of originals and error text")
         recent = Q(original_id=rest) | Q(message_id=rest) | Q(last_error__icontains=rest)

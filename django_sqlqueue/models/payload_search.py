@@ -17,7 +17,9 @@ import re
 from collections.abc import Sequence
 from typing import Any
 
-from django.db import connections
+from django.db import connections, models
+from django.db.models.expressions import RawSQL
+from django.db.models.lookups import Exact, In, Lookup
 
 from ..db import sql as sqlb
 
@@ -61,13 +63,24 @@ def indexed_column(connection: Any, field: str) -> str | None:
     return q(column_name(field)) if rows else None
 
 
-def match_sql(connection: Any, field: str, value: str, indexed: bool,
-              table: str = "queue_messages") -> tuple[str, list[Any]]:
-    """A WHERE term (and its parameters) matching rows whose payload ``field`` is ``value``.
+def match_lookup(connection: Any, field: str, value: str, indexed: bool,
+                 table: str = "queue_messages") -> Lookup[Any]:
+    """A lookup for ``QuerySet.filter()`` matching rows whose payload ``field`` is ``value``.
 
     ``indexed``: the field is declared, so the term is written as its index is (on
-    MariaDB/MySQL, the virtual column, which must exist).
+    MariaDB/MySQL, the virtual column, which must exist). A lookup, not a boolean RawSQL:
+    Django 5.2 compares a boolean expression with TRUE on MariaDB/MySQL
+    (``(col = '42') = 1``), which no index serves.
     """
+    expression, values = _match(connection, field, value, indexed, table)
+    lhs = RawSQL(expression, [], output_field=models.Field())  # noqa: S611 - checked name, no input
+    if len(values) > 1:
+        return In(lhs, values)
+    return Exact(lhs, values[0])
+
+
+def _match(connection: Any, field: str, value: str, indexed: bool,
+           table: str) -> tuple[str, list[Any]]:
     _check(field)
     q = sqlb.quoter(connection)
     column = f"{q(table)}.{q('payload')}"
@@ -81,8 +94,8 @@ def match_sql(connection: Any, field: str, value: str, indexed: bool,
             values.append(int(value))
         elif re.fullmatch(r"-?\d+\.\d+", value):
             values.append(float(value))
-        return f"{expression} IN ({sqlb.placeholders(len(values))})", values
-    return f"{expression} = %s", [value[:VALUE_LENGTH]]
+        return expression, values
+    return expression, [value[:VALUE_LENGTH]]
 
 
 def ensure_search_indexes(fields: Sequence[str], using: str = "default") -> list[str]:
