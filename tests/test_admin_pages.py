@@ -241,3 +241,12 @@ def test_the_log_and_the_subscribers_page_read_a_fixed_number_of_queries(admin_c
             response = admin_client.get(url)
         assert response.status_code == 200
         assert len(many.captured_queries) == len(few.captured_queries), url
+
+
+def test_django_admin_cannot_register_the_composite_key_tables_hence_the_own_pages():
+    from django.contrib.admin import AdminSite
+    from django.core.exceptions import ImproperlyConfigured
+
+    for model in (ConsumerOffset, PartitionLease, SubscriberHeartbeat, DeliveryState):
+        with pytest.raises(ImproperlyConfigured, match="composite primary key"):
+            AdminSite().register(model)
