@@ -88,6 +88,16 @@ def shown_lag(driver, group: str, topic: str) -> int | None:
     return int(cells[0].get_attribute("data-lag")) if cells else None
 
 
+def find(driver, css: str):
+    """The element, once the page that has it has loaded (a click returns before that)."""
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support import expected_conditions
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    return WebDriverWait(driver, PAGE_TIMEOUT).until(
+        expected_conditions.presence_of_element_located((By.CSS_SELECTOR, css)))
+
+
 def reload_until(driver, predicate, what: str, timeout: float = PAGE_TIMEOUT):
     """Reload the page until ``predicate(driver)`` holds, as an operator would."""
     deadline = time.monotonic() + timeout
@@ -120,8 +130,8 @@ def test_an_operator_finds_the_poison_message_by_payload_and_replays_it_after_th
     driver.find_element(By.NAME, "password").send_keys("night-shift")
     driver.find_element(By.CSS_SELECTOR, "input[type=submit]").click()
     overview = reverse("admin:django_sqlqueue_overview")
-    driver.find_element(By.CSS_SELECTOR, f'a[href="{overview}"]').click()
-    assert driver.find_element(By.ID, "sqlqueue-overview")
+    find(driver, f'a[href="{overview}"]').click()
+    assert find(driver, "#sqlqueue-overview")
 
     # The payments group lags while its handler fails on the poison message.
     reload_until(driver, lambda d: (shown_lag(d, "payments", "checkout") or 0) > 0,
@@ -133,9 +143,10 @@ def test_an_operator_finds_the_poison_message_by_payload_and_replays_it_after_th
     # It gives up on the message; the operator finds it by the customer in its payload.
     wait_until(lambda: DeadLetter.objects.exists(), what="the dead letter", watch=[worker])
     driver.get(live_server.url + reverse("admin:django_sqlqueue_deadletter_changelist"))
-    search = driver.find_element(By.ID, "searchbar")
+    search = find(driver, "#searchbar")
     search.send_keys("customer_id=4242")
     search.submit()
+    find(driver, "#searchbar[value='customer_id=4242']")  # the results page has loaded
     rows = driver.find_elements(By.CSS_SELECTOR, "#result_list tbody tr")
     assert len(rows) == 1
     assert "payment provider refused customer 4242" in rows[0].text
@@ -146,9 +157,9 @@ def test_an_operator_finds_the_poison_message_by_payload_and_replays_it_after_th
     rows[0].find_element(By.CSS_SELECTOR, "input.action-select").click()
     Select(driver.find_element(By.NAME, "action")).select_by_value("replay_dead_letters")
     driver.find_element(By.CSS_SELECTOR, "button[name=index]").click()
-    assert "Replay 1 dead letter" in driver.find_element(By.ID, "sqlqueue-confirm-count").text
-    driver.find_element(By.ID, "sqlqueue-confirm").click()
-    assert "Replayed 1 dead letter" in driver.find_element(By.CSS_SELECTOR, "ul.messagelist").text
+    assert "Replay 1 dead letter" in find(driver, "#sqlqueue-confirm-count").text
+    find(driver, "#sqlqueue-confirm").click()
+    assert "Replayed 1 dead letter" in find(driver, "ul.messagelist").text
 
     # The lag returns to 0: the replayed message was handled by payments, and only by it.
     driver.get(live_server.url + overview)

@@ -107,8 +107,13 @@ class DeadLetterAdmin(admin.ModelAdmin):
             rows = list(page.values_list("failed_at", "offset")[:ACTION_BATCH])
             if not rows:
                 break
-            outcome = operate(operations.DeadLetterFilter(ids=tuple(o for _, o in rows)),
-                              using=using)
+            try:
+                outcome = operate(operations.DeadLetterFilter(ids=tuple(o for _, o in rows)),
+                                  using=using)
+            except operations.OperationError as exc:
+                # Batches already done stay done; say how far it got.
+                messages.error(request, f"Stopped after {done} dead letter(s): {exc}")
+                break
             done += outcome.replayed if replay else outcome.discarded
             skipped += outcome.skipped
             failed_at, offset = rows[-1]
