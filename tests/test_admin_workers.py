@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 from urllib.parse import urlencode
 
@@ -68,7 +67,9 @@ def test_pause_from_the_admin_stops_a_real_worker_and_resume_goes_on(workers, ad
     sqlqueue.publish("checkout", {"n": 0}, key="a")
     wait_until(lambda: runs("payments") == 1 and runs("emails") == 1, watch=[worker])
     admin_client.post(OVERVIEW, {"action": "pause", "group": "payments", "topic": "checkout"})
-    time.sleep(0.5)  # ten poll intervals: the worker has seen the pause
+    wait_until(lambda: "paused by an operator group=payments topic=checkout"
+               in worker.stdout + worker.stderr, what="the worker seeing the pause",
+               watch=[worker])
     for n in range(1, 4):
         sqlqueue.publish("checkout", {"n": n}, key=f"k{n}")
     wait_until(lambda: runs("emails") == 4, what="emails going on", watch=[worker])
