@@ -39,7 +39,8 @@ APP = "django_sqlqueue"
 OLD = (APP, "0002_binary_collation")
 TABLES = (
     "queue_messages", "queue_delivery_state", "queue_partition_leases", "queue_offsets",
-    "queue_subscriber_heartbeats", "queue_sequencer", "queue_topics",
+    "queue_subscriber_heartbeats", "queue_sequencer", "queue_topics", "queue_group_controls",
+    "queue_throughput",
 )
 
 # Partitions per topic under tests/settings.py: PARTITIONS=4, orders=12, slow=1.

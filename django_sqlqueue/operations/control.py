@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from django.db import transaction
+from django.db import IntegrityError, transaction
 
 from ..conf import get_settings
 from ..groups import Forgotten, forget_group
@@ -71,11 +71,16 @@ def deliver_now(group: str, topic: str, offset: int, *, by: str = "",
                 return False  # not read yet, and due: it goes out with the next read
             # A delayed message the group has not read yet: a row read with the message
             # makes it due now (rows above the read cursor are honoured).
-            DeliveryState.objects.using(using).create(
-                consumer_group=group, topic=topic, partition_key=partition,
-                message_offset=offset, acked=False, invisible_until=now_ms,
-                retry_count=NEVER_DELIVERED, last_error="")
-            changed = True
+            try:
+                with transaction.atomic(using=using):
+                    DeliveryState.objects.using(using).create(
+                        consumer_group=group, topic=topic, partition_key=partition,
+                        message_offset=offset, acked=False, invisible_until=now_ms,
+                        retry_count=NEVER_DELIVERED, last_error="")
+                changed = True
+            except IntegrityError:
+                # A worker read it meanwhile and wrote its own row: change that one.
+                changed = DeliveryState.objects.make_due(group, topic, ref, now_ms, using) > 0
         elif state:
             raise AlreadyHandled(f"consumer group {group!r} has acked message {offset}")
         else:
