@@ -99,7 +99,7 @@ class Command(BaseCommand):
         header = ("TOPIC", "GROUP", "LAG", "IN FLIGHT", "DEAD", "OLDEST", "WORKERS", "PAUSED",
                   "LAST MIN", "LAST HOUR")
         table = [header] + [(
-            r.topic, r.group, f"{r.lag}{'+' if r.lag_capped else ''}", str(r.in_flight),
+            r.topic, r.group, f"{'~' if r.lag_estimated else ''}{r.lag}", str(r.in_flight),
             f"{r.dead_letters}{'+' if r.dead_letters_capped else ''}",
             "-" if r.oldest_pending_age_seconds is None else f"{r.oldest_pending_age_seconds:.0f}s",
             str(r.workers), "yes" if r.paused else "no", str(r.handled_per_minute[-1]),
