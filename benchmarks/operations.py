@@ -63,7 +63,7 @@ def main() -> int:
 
     rows = timed("overview (2 groups, 1 topic)", lambda: ops.overview(topic="orders"))
     for row in rows:
-        print(f"  {row.group}: lag={row.lag}{'+' if row.lag_capped else ''} "
+        print(f"  {row.group}: lag={'~' if row.lag_estimated else ''}{row.lag} "
               f"dead_letters={row.dead_letters} oldest={row.oldest_pending_age_seconds}")
     f = ops.DeadLetterFilter
     timed("count all dead letters", lambda: ops.count(f()))

@@ -364,3 +364,24 @@ def test_group_and_topic_names_in_the_new_tables_compare_byte_for_byte():
         Throughput.objects.add("w", 0, {(group, TOPIC): (1, 0)}, "default")
     assert GroupControl.objects.count() == 3
     assert Throughput.objects.count() == 3
+
+
+def test_a_large_lag_is_estimated_from_a_sample_per_partition(monkeypatch):
+    monkeypatch.setattr("django_sqlqueue.operations.stats.LAG_SAMPLE", 10)
+    register("billing")
+    sqlqueue.publish_many(TOPIC, [{"payload": n, "key": f"k{n % 7}"} for n in range(300)])
+    sequence_all()
+
+    [row] = ops.overview(topic=TOPIC)
+
+    assert row.lag_estimated
+    assert 240 <= row.lag <= 360, row.lag  # an estimate: within 20% here
+
+
+def test_a_lag_under_the_sample_in_every_partition_is_exact(monkeypatch):
+    monkeypatch.setattr("django_sqlqueue.operations.stats.LAG_SAMPLE", 20)
+    register("billing")
+    sqlqueue.publish_many(TOPIC, [{"payload": n, "key": f"k{n % 3}"} for n in range(15)])
+    sequence_all()
+    [row] = ops.overview(topic=TOPIC)
+    assert (row.lag, row.lag_estimated) == (15, False)

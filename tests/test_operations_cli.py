@@ -155,6 +155,8 @@ def test_pause_and_resume(failed):
     ("resume", "--topic", "nothing", "--group", "billing"),
     ("pause", "--topic", TOPIC, "--group", "bad name"),
     ("release-leases", "--subscriber", "nobody"),
+    ("release-leases", "--subscriber", "w1", "--partition", "x"),
+    ("release-leases", "--subscriber", "w1", "--group", "billing"),
     ("deliver-now", "--topic", TOPIC, "--group", "billing", "--offset", "x"),
     ("deliver-now", "--topic", TOPIC, "--group", "billing", "--offset", "999999"),
     ("health", "--max-age", "old"), ("health", "--group", "nobody"),
@@ -167,8 +169,11 @@ def test_unknown_names_and_bad_values_are_one_line_and_exit_2(failed, args):
 def test_release_leases_prints_what_it_freed(failed):
     PartitionLease.objects.ensure_partitions("billing", TOPIC, ["0", "1"], "default")
     PartitionLease.objects.update(leased_by="w1", lease_token="t")
+    out, _ = run("release-leases", "--subscriber", "w1", "--group", "billing", "--topic", TOPIC,
+                 "--partition", "1")
+    assert out.strip() == "released 1 lease(s) of 'w1'"
     out, _ = run("release-leases", "--subscriber", "w1")
-    assert out.strip() == "released 2 lease(s) of 'w1'"
+    assert out.strip() == "released 1 lease(s) of 'w1'"
     assert not PartitionLease.objects.exclude(leased_by="").exists()
 
 

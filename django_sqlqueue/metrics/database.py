@@ -14,13 +14,14 @@ from ..operations import overview
 # (name, help, SubscriptionStats attribute)
 GAUGES = (
     ("sqlqueue_consumer_group_lag", "Messages the group has not consumed yet (dead-lettered "
-     "ones count as consumed); counted up to 1,000,000.", "lag"),
+     "ones count as consumed); estimated beyond 200 in a partition.", "lag"),
     ("sqlqueue_consumer_group_oldest_pending_age_seconds", "Seconds since the oldest message "
      "the group has not consumed became due (0 when there is none).",
      "oldest_pending_age_seconds"),
     ("sqlqueue_consumer_group_in_flight", "Messages delivered to the group and not yet acked.",
      "in_flight"),
-    ("sqlqueue_dead_letters", "Dead letters of the group's topic, not replayed or discarded.",
+    ("sqlqueue_dead_letters", "Dead letters of the group's topic, not replayed or discarded "
+     "(counted up to 10,000 per topic).",
      "dead_letters"),
     ("sqlqueue_consumer_group_workers", "Workers of the group with a live heartbeat.",
      "workers"),

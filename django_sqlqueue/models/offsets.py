@@ -99,42 +99,72 @@ class ConsumerOffsetManager(PartitionRowsManager):
             result[topic][group] = int(last or 0)
         return result
 
-    def capped_lag(self, group: str, topic: str, cap: int, using: str) -> int:
-        """How many of the topic's messages lie above the group's watermarks, counting at
-        most ``cap``: an index range per partition, never the whole log. Messages acked
-        out of order above a watermark are counted here; see
-        DeliveryStateManager.window_counts for those."""
+    def estimated_lag(self, group: str, topic: str, sample: int, using: str) -> tuple[int, bool]:
+        """(messages above the group's watermarks, whether that is an estimate).
+
+        Per partition they are counted exactly up to ``sample``; a partition with more is
+        estimated as its first ``sample`` spread over the span up to its newest position
+        (positions are shared by every topic and partition, so the span alone would
+        overcount). Reads at most ``sample`` index entries and one index seek per
+        partition, two queries per 200 partitions, whatever the lag."""
         connection = connections[using]
         q = sqlb.quoter(connection)
-        rows = sqlb.fetch_all(
-            connection,
-            f"SELECT COUNT(*) FROM (SELECT 1 AS one FROM {q('queue_offsets')} o "  # noqa: S608 - names quoted, values bound
-            f"JOIN {q('queue_messages')} m ON m.{q('topic')} = o.{q('topic')} "
-            f"AND m.{q('partition_key')} = o.{q('partition_key')} "
-            f"AND m.{q('position')} > o.{q('offset_acked')} "
-            f"WHERE o.{q('consumer_group')} = %s AND o.{q('topic')} = %s LIMIT %s) AS lag",
-            [group, topic, cap],
+        first = (
+            f"SELECT %s AS part, COUNT(*) AS n, MIN(p) AS lo, MAX(p) AS hi FROM ("  # noqa: S608 - names quoted, values bound
+            f"SELECT {q('position')} AS p FROM {q('queue_messages')} WHERE {q('topic')} = %s "
+            f"AND {q('partition_key')} = %s AND {q('position')} > %s "
+            f"ORDER BY {q('position')} LIMIT %s) AS s"
         )
-        return int(rows[0][0])
+        head = (
+            f"SELECT %s AS part, MAX({q('position')}) AS newest FROM {q('queue_messages')} "  # noqa: S608 - names quoted, values bound
+            f"WHERE {q('topic')} = %s AND {q('partition_key')} = %s"
+        )
+        marks = list(self.using(using).filter(consumer_group=group, topic=topic)
+                     .values_list("partition_key", "offset_acked"))
+        total, estimated = 0, False
+        for batch in sqlb.chunks(marks):
+            params: list[object] = []
+            for partition, watermark in batch:
+                params += [partition, topic, partition, watermark, sample]
+            full: dict[str, tuple[int, int]] = {}
+            for partition, counted, lowest, nth in sqlb.fetch_all(
+                    connection, sqlb.union_all([first] * len(batch)), params):
+                if int(counted) < sample:
+                    total += int(counted)
+                else:
+                    full[partition] = (int(lowest), int(nth))
+            if not full:
+                continue
+            estimated = True
+            params = [v for partition in full for v in (partition, topic, partition)]
+            for partition, newest in sqlb.fetch_all(
+                    connection, sqlb.union_all([head] * len(full)), params):
+                lowest, nth = full[partition]
+                total += 1 + round((sample - 1) * (int(newest) - lowest) / max(1, nth - lowest))
+        return total, estimated
 
     def oldest_pending(self, group: str, topic: str, using: str) -> int | None:
-        """When the oldest message the group has not acked became due (epoch ms, the
+        """When the oldest message the group has not consumed became due (epoch ms: the
         earliest ``deliver_at`` of the first message above each watermark), or None when
-        every partition is consumed. One index seek per partition."""
+        every partition is consumed. One index seek per partition, 200 to a query."""
         connection = connections[using]
         q = sqlb.quoter(connection)
-        rows = sqlb.fetch_all(
-            connection,
-            f"SELECT MIN(m.{q('deliver_at')}) FROM {q('queue_offsets')} o "  # noqa: S608 - names quoted, values bound
-            f"JOIN {q('queue_messages')} m ON m.{q('topic')} = o.{q('topic')} "
-            f"AND m.{q('partition_key')} = o.{q('partition_key')} "
-            f"AND m.{q('position')} = (SELECT MIN(h.{q('position')}) FROM {q('queue_messages')} h "
-            f"WHERE h.{q('topic')} = o.{q('topic')} AND h.{q('partition_key')} = o.{q('partition_key')} "
-            f"AND h.{q('position')} > o.{q('offset_acked')}) "
-            f"WHERE o.{q('consumer_group')} = %s AND o.{q('topic')} = %s",
-            [group, topic],
+        branch = (
+            f"SELECT {q('deliver_at')} AS due FROM {q('queue_messages')} "  # noqa: S608 - names quoted, values bound
+            f"WHERE {q('topic')} = %s AND {q('partition_key')} = %s AND {q('position')} > %s "
+            f"ORDER BY {q('position')} LIMIT 1"
         )
-        return None if not rows or rows[0][0] is None else int(rows[0][0])
+        marks = list(self.using(using).filter(consumer_group=group, topic=topic)
+                     .values_list("partition_key", "offset_acked"))
+        oldest: int | None = None
+        for batch in sqlb.chunks(marks):
+            params: list[object] = []
+            for partition, watermark in batch:
+                params += [topic, partition, watermark]
+            for (due,) in sqlb.fetch_all(connection, sqlb.union_all([branch] * len(batch)),
+                                         params):
+                oldest = int(due) if oldest is None else min(oldest, int(due))
+        return oldest
 
     def unconsumed_counts(self, topic: str, groups: Sequence[str], using: str) -> dict[str, int]:
         """Per group, how many of the topic's sequenced messages lie above the group's

@@ -1,8 +1,9 @@
 """The overview: one row per topic and consumer group, and the health probe built on it.
 
 Every figure comes from small, indexed reads: lag from the watermarks (an index range
-above each, capped), in flight and out-of-order acks from the group's delivery rows (a
-window of at most a few thousand per partition), dead letters capped, throughput from the
+above each, exact up to LAG_SAMPLE per partition, else estimated from that sample), in flight
+and out-of-order acks from the group's delivery rows (a window of at most a few thousand
+per partition), dead letters capped, throughput from the
 per-minute counters the workers write. Nothing counts the whole log.
 """
 
@@ -20,8 +21,12 @@ from ..models.throughput import MINUTE_MS
 from .errors import UnknownSubscription
 from .names import check_name, database_now_ms
 
-LAG_CAP = 1_000_000  # messages counted per group and topic at most
-DEAD_LETTER_CAP = 100_000  # dead letters counted per topic at most
+# Lag is counted exactly in each partition up to LAG_SAMPLE messages above the watermark;
+# a partition with more is estimated from those (ConsumerOffsetManager.estimated_lag): a
+# bounded read whatever the backlog.
+LAG_SAMPLE = 200
+WINDOW_CAP = 100_000  # delivery rows counted per group and topic at most
+DEAD_LETTER_CAP = 10_000  # dead letters counted per topic at most
 SPARKLINE_MINUTES = 60
 
 
@@ -41,8 +46,8 @@ class SubscriptionStats:
     partitions: int  # the group's watermark rows for the topic
     handled_per_minute: list[int] = field(default_factory=list)  # oldest minute first
     failed_per_minute: list[int] = field(default_factory=list)
-    lag_capped: bool = False
-    dead_letters_capped: bool = False
+    lag_estimated: bool = False  # a partition has over LAG_SAMPLE: lag is an estimate
+    dead_letters_capped: bool = False  # dead_letters stopped counting at DEAD_LETTER_CAP
 
     def as_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -83,10 +88,9 @@ def overview(*, topic: str | None = None, group: str | None = None, using: str =
     }
     rows = []
     for (t, g), partitions in sorted(pairs.items()):
-        above = ConsumerOffset.objects.capped_lag(g, t, LAG_CAP, using)
-        acked, in_flight = DeliveryState.objects.window_counts(g, t, now_ms, LAG_CAP, using)
-        lag_capped = above >= LAG_CAP
-        lag = above if lag_capped else max(0, above - acked)
+        above, estimated = ConsumerOffset.objects.estimated_lag(g, t, LAG_SAMPLE, using)
+        acked, in_flight = DeliveryState.objects.window_counts(g, t, now_ms, WINDOW_CAP, using)
+        lag = max(0, above - acked)
         oldest = ConsumerOffset.objects.oldest_pending(g, t, using) if lag else None
         series = throughput.get((g, t), {})
         minute_starts = [first_minute + i * MINUTE_MS for i in range(minutes)]
@@ -100,7 +104,7 @@ def overview(*, topic: str | None = None, group: str | None = None, using: str =
             partitions=partitions,
             handled_per_minute=[series.get(m, (0, 0))[0] for m in minute_starts],
             failed_per_minute=[series.get(m, (0, 0))[1] for m in minute_starts],
-            lag_capped=lag_capped,
+            lag_estimated=estimated,
             dead_letters_capped=sum(dead[t].values()) >= DEAD_LETTER_CAP,
         ))
     return rows

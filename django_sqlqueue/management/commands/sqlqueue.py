@@ -99,7 +99,7 @@ class Command(BaseCommand):
         header = ("TOPIC", "GROUP", "LAG", "IN FLIGHT", "DEAD", "OLDEST", "WORKERS", "PAUSED",
                   "LAST MIN", "LAST HOUR")
         table = [header] + [(
-            r.topic, r.group, f"{r.lag}{'+' if r.lag_capped else ''}", str(r.in_flight),
+            r.topic, r.group, f"{'~' if r.lag_estimated else ''}{r.lag}", str(r.in_flight),
             f"{r.dead_letters}{'+' if r.dead_letters_capped else ''}",
             "-" if r.oldest_pending_age_seconds is None else f"{r.oldest_pending_age_seconds:.0f}s",
             str(r.workers), "yes" if r.paused else "no", str(r.handled_per_minute[-1]),
@@ -205,12 +205,18 @@ class Command(BaseCommand):
     def add_release_leases_arguments(self, parser: ArgumentParser) -> None:
         parser.add_argument("--subscriber", required=True, metavar="NAME",
                             help="The worker's --name.")
-        parser.add_argument("--group", default=None)
-        parser.add_argument("--topic", default=None)
+        parser.add_argument("--group", default=None, help="Only this consumer group's (with --topic).")
+        parser.add_argument("--topic", default=None, help="Only this topic's (with --group).")
+        parser.add_argument("--partition", default=None, metavar="N", help="Only this partition.")
 
     def handle_release_leases(self, options: dict[str, Any]) -> None:
+        partition = options["partition"]
+        if partition is not None and not (partition.isascii() and partition.isdecimal()):
+            raise CommandError(f"--partition must be a partition number, got {partition!r}",
+                               returncode=USAGE_ERROR)
         done = ops.release_leases(subscriber=options["subscriber"], group=options["group"],
-                                  topic=options["topic"], using=options["database"])
+                                  topic=options["topic"], partition=partition,
+                                  using=options["database"])
         self.stdout.write(f"released {done.leases} lease(s) of {options['subscriber']!r}")
 
     # ----------------------------------------------------------------- gc
