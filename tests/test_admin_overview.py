@@ -223,3 +223,14 @@ def test_the_system_checks_pass_without_staticfiles():
 
     assert "django.contrib.staticfiles" not in settings.INSTALLED_APPS
     assert [m for m in checks.run_checks() if m.level >= checks.ERROR] == []
+
+
+def test_an_estimated_lag_is_marked_as_one(admin_client):
+    from django_sqlqueue import publish_many
+    registered("billing", "slow", 1)
+    publish_many("slow", [{"payload": {"n": n}} for n in range(300)])
+    sequence_all()
+    response = admin_client.get(OVERVIEW)
+    billing = row(response, "slow", "billing")
+    assert billing["lag_estimated"] and billing["lag"] > 200
+    assert f'data-lag="{billing["lag"]}" title="estimated' in response.content.decode()
