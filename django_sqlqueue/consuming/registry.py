@@ -41,6 +41,9 @@ class Subscription:
     batch_size: int
     backoff: Backoff
     auto_extend: bool
+    # The priority of a delivered message (higher starts first among those a worker has
+    # fetched); None: every message of the subscription has priority 0.
+    priority_of: Callable[[Message], int] | None = None
 
     @property
     def strict(self) -> bool:

@@ -6,6 +6,7 @@ from .leases import PartitionLease
 from .messages import QueueMessage
 from .offsets import ConsumerOffset
 from .sequencer import LogSequencer
+from .task_results import TaskResultRecord
 from .topics import Topic
 
 __all__ = [
@@ -15,5 +16,6 @@ __all__ = [
     "PartitionLease",
     "QueueMessage",
     "SubscriberHeartbeat",
+    "TaskResultRecord",
     "Topic",
 ]

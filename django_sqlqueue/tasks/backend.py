@@ -1,0 +1,158 @@
+"""``QueueBackend``: Django's Tasks framework on top of the queue.
+
+``enqueue`` writes the task's result row and publishes its message in one transaction on
+the caller's connection: inside ``transaction.atomic`` the task exists only if the block
+commits. ``runqueueworker`` runs the task queues (see :mod:`django_sqlqueue.tasks.runner`).
+"""
+
+from __future__ import annotations
+
+import re
+import uuid
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from django.core.checks import CheckMessage, Error
+from django.db import connections, router, transaction
+from django.utils import timezone
+from django.utils.json import normalize_json
+
+from ..consuming.backoff import Backoff
+from ..db import vendor
+from ..exceptions import InvalidMessage
+from ..models import TaskResultRecord
+from ..models.fields import MAX_TOPIC_LENGTH
+from ..models.task_results import QUEUE_NAME_LENGTH, TASK_PATH_LENGTH
+from ..publishing import publish
+from .compat import (
+    BaseTaskBackend,
+    InvalidTask,
+    Task,
+    TaskResult,
+    TaskResultDoesNotExist,
+    task_enqueued,
+)
+from .options import (
+    MAX_TASK_ATTEMPTS,
+    TOPIC_PREFIX,
+    TaskOptions,
+    option_errors,
+    topic_for,
+    valid_attempts,
+    valid_backoff,
+)
+from .results import to_task_result
+
+_QUEUE_RE = re.compile(r"[A-Za-z0-9._-]+")  # the whole name: use fullmatch
+_MAX_QUEUE = min(QUEUE_NAME_LENGTH, MAX_TOPIC_LENGTH - len(TOPIC_PREFIX))
+
+
+class InvalidTaskArguments(InvalidMessage, TypeError):
+    """A task's arguments cannot be stored as JSON; nothing was enqueued."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class QueueTask(Task):
+    """A Task with per-task retry settings: ``@task(max_attempts=3, backoff=...)`` on
+    Django 6.1, which passes extra ``@task`` arguments on to the backend's task class."""
+
+    max_attempts: int | None = None
+    backoff: Backoff | None = None
+
+
+class QueueBackend(BaseTaskBackend):
+    """Tasks as messages of the topic ``tasks.<queue>``, run by ``runqueueworker``."""
+
+    task_class = QueueTask
+    supports_defer = True
+    supports_priority = True
+    supports_get_result = True
+    supports_async_task = True
+
+    def __init__(self, alias: str, params: dict[str, Any]) -> None:
+        super().__init__(alias, params)
+        self.task_options = TaskOptions.from_dict(
+            self.options if isinstance(self.options, dict) else {})
+
+    # ----------------------------------------------------------------- Django's API
+
+    def validate_task(self, task: Any) -> None:
+        super().validate_task(task)
+        if not isinstance(task.queue_name, str) or not _QUEUE_RE.fullmatch(task.queue_name) \
+                or len(task.queue_name) > _MAX_QUEUE:
+            raise InvalidTask(f"queue_name must be 1-{_MAX_QUEUE} characters from "
+                              f"[A-Za-z0-9._-], got {task.queue_name!r}")
+        if len(task.module_path) > TASK_PATH_LENGTH:
+            raise InvalidTask(f"the task's module path is over {TASK_PATH_LENGTH} characters")
+        attempts = getattr(task, "max_attempts", None)
+        if attempts is not None and not valid_attempts(attempts):
+            raise InvalidTask(f"max_attempts must be an int from 1 to {MAX_TASK_ATTEMPTS}, "
+                              f"got {attempts!r}")
+        backoff = getattr(task, "backoff", None)
+        if backoff is not None and not valid_backoff(backoff):
+            raise InvalidTask(f"backoff must have a delay(attempt) method, got {backoff!r}")
+
+    def enqueue(self, task: Any, args: Any, kwargs: Any) -> Any:
+        self.validate_task(task)
+        try:
+            args, kwargs = normalize_json(list(args)), normalize_json(dict(kwargs))
+        except (TypeError, ValueError) as exc:
+            raise InvalidTaskArguments(
+                f"{task.module_path}: task arguments must be JSON-serializable "
+                f"(str, int, float, bool, None, lists and dicts of them): {exc}"
+            ) from exc
+        alias = router.db_for_write(TaskResultRecord)
+        result_id = uuid.uuid4().hex
+        now = timezone.now()
+        payload = {"id": result_id, "task": task.module_path, "backend": self.alias,
+                   "args": args, "kwargs": kwargs, "priority": task.priority}
+        with transaction.atomic(using=alias):
+            try:
+                publish(topic_for(task.queue_name), payload, id=result_id,
+                        delay=_delay_until(task.run_after, alias), using=alias)
+            except InvalidMessage as exc:
+                raise InvalidTaskArguments(f"{task.module_path}: {exc}") from exc
+            row = TaskResultRecord.objects.using(alias).create(
+                id=result_id, task_path=task.module_path, backend=self.alias,
+                queue_name=task.queue_name, priority=task.priority, status="READY",
+                args=args, kwargs=kwargs, run_after=task.run_after, enqueued_at=now,
+            )
+            result = to_task_result(row, task)
+            # Sent once the task exists for the workers: never for a rolled-back enqueue.
+            transaction.on_commit(
+                lambda: task_enqueued.send(type(self), task_result=result), using=alias)
+        return result
+
+    def get_result(self, result_id: str) -> Any:
+        alias = router.db_for_read(TaskResultRecord)
+        row = TaskResultRecord.objects.using(alias).filter(id=str(result_id)).first()
+        if row is None:
+            raise TaskResultDoesNotExist(result_id)
+        return to_task_result(row)
+
+    def check(self, **kwargs: Any) -> list[CheckMessage]:
+        errors: list[CheckMessage] = [
+            Error(message, hint="See 'Settings' in docs/tasks.md.", id=check_id,
+                  obj=f"TASKS[{self.alias!r}]")
+            for check_id, message in option_errors(self.options)
+        ]
+        bad = sorted(q for q in self.queues
+                     if not isinstance(q, str) or not _QUEUE_RE.fullmatch(q) or len(q) > _MAX_QUEUE)
+        if bad:
+            errors.append(Error(
+                f"QUEUES {', '.join(map(repr, bad))}: a queue name must be 1-{_MAX_QUEUE} "
+                "characters from [A-Za-z0-9._-] (it names the topic tasks.<queue>)",
+                hint="Rename the queue.", id="sqlqueue.E055", obj=f"TASKS[{self.alias!r}]"))
+        return errors
+
+
+def _delay_until(run_after: datetime | None, alias: str) -> float:
+    """Seconds from the database's clock to ``run_after``: the queue judges due times by
+    the database clock, so a web server whose clock runs ahead cannot start a task early."""
+    if run_after is None:
+        return 0.0
+    return max(0.0, run_after.timestamp() - vendor.database_now_ms(connections[alias]) / 1000)
+
+
+__all__ = ["InvalidTaskArguments", "QueueBackend", "QueueTask", "TaskResult"]
