@@ -16,7 +16,6 @@ from typing import Any
 from django.core.checks import CheckMessage, Error
 from django.db import connections, router, transaction
 from django.utils import timezone
-from django.utils.json import normalize_json
 
 from ..consuming.backoff import Backoff
 from ..db import vendor
@@ -31,6 +30,7 @@ from .compat import (
     Task,
     TaskResult,
     TaskResultDoesNotExist,
+    normalize_json,
     task_enqueued,
 )
 from .options import (

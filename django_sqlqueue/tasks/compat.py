@@ -12,12 +12,12 @@ try:
     from django.tasks.base import TaskError
     from django.tasks.exceptions import InvalidTask, TaskResultDoesNotExist
     from django.tasks.signals import task_enqueued, task_finished, task_started
+    from django.utils.json import normalize_json
 
     SOURCE = "django.tasks"
 except ImportError:  # Django 5.2: the backport package, when installed
     try:
         from django_tasks import (  # type: ignore[no-redef,import-not-found,unused-ignore]
-            Task,
             TaskContext,
             TaskResult,
             TaskResultStatus,
@@ -26,7 +26,10 @@ except ImportError:  # Django 5.2: the backport package, when installed
         from django_tasks.backends.base import (  # type: ignore[no-redef,import-not-found,unused-ignore]
             BaseTaskBackend,
         )
-        from django_tasks.base import TaskError  # type: ignore[no-redef,import-not-found,unused-ignore]
+        from django_tasks.base import (  # type: ignore[no-redef,import-not-found,unused-ignore]
+            Task,
+            TaskError,
+        )
         from django_tasks.exceptions import (  # type: ignore[no-redef,import-not-found,unused-ignore]
             InvalidTaskError as InvalidTask,  # the backport's name for Django's InvalidTask
         )
@@ -38,6 +41,7 @@ except ImportError:  # Django 5.2: the backport package, when installed
             task_finished,
             task_started,
         )
+        from django_tasks.utils import normalize_json  # type: ignore[no-redef,import-not-found,unused-ignore]
     except ImportError as exc:
         raise ImportError(
             "django_sqlqueue.tasks needs Django's Tasks framework: Django 6.0 or later, or on "
@@ -56,6 +60,7 @@ __all__ = [
     "TaskResult",
     "TaskResultDoesNotExist",
     "TaskResultStatus",
+    "normalize_json",
     "task_backends",
     "task_enqueued",
     "task_finished",

@@ -20,7 +20,6 @@ from typing import Any
 
 from django.db import router
 from django.utils import timezone
-from django.utils.json import normalize_json
 from django.utils.module_loading import import_string
 
 from ..consuming.backoff import retry_delay
@@ -29,7 +28,14 @@ from ..exceptions import DeadLetter, Retry, SQLQueueError
 from ..logtext import loggable
 from ..models import TaskResultRecord
 from ..models.task_results import update_locked
-from .compat import Task, TaskContext, task_backends, task_finished, task_started
+from .compat import (
+    Task,
+    TaskContext,
+    normalize_json,
+    task_backends,
+    task_finished,
+    task_started,
+)
 from .options import TaskOptions
 from .results import to_task_result
 
