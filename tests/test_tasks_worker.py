@@ -124,7 +124,7 @@ def test_run_after_is_not_started_early(workers):
     assert runs("deferred") == []
     fresh = finished(deferred, timeout=15, watch=[worker])
     assert fresh.started_at >= run_after
-    assert fresh.started_at - run_after < timedelta(seconds=3)
+    assert fresh.started_at - run_after < timedelta(seconds=10)
 
 
 def test_a_high_priority_task_enqueued_behind_a_backlog_starts_before_it(workers):
@@ -143,6 +143,29 @@ def test_a_high_priority_task_enqueued_behind_a_backlog_starts_before_it(workers
     # and the high one; all the rest of the backlog waits.
     assert len(lows_after_enqueue) - len(overtaken) <= 1
     assert len(overtaken) >= 10
+
+
+def test_priority_reaches_past_the_worker_capacity_into_a_deep_backlog(workers):
+    # A worker with one thread hands out at most 100 messages at a time; the backlog is
+    # three times that, and the high-priority task is enqueued behind all of it.
+    backlog = [{"label": f"deep-{n}"} for n in range(300)]
+    for item in backlog:
+        item["result"] = tasks.remember.using(priority=-5).enqueue(item["label"], 0.005)
+    worker = workers.start("tasks-deep", "--queue", "ordered", "--concurrency", "1")
+    wait_until(lambda: len(runs_like("deep-")) >= 5, what="the backlog starting", watch=[worker])
+    enqueued_at = time.time()
+    high = tasks.remember.using(priority=100).enqueue("deep-high")
+    finished(high, timeout=30, watch=[worker])
+    wait_until(lambda: len(runs_like("deep-")) == 301, timeout=60, what="the backlog draining",
+               watch=[worker])
+    high_started = runs("deep-high")[0].handled_at
+    between = [r for r in runs_like("deep-") if enqueued_at < r.handled_at < high_started]
+    after = [r for r in runs_like("deep-") if r.handled_at > high_started]
+    # The few that start between the enqueue and the high one are those the worker handed
+    # out before its next poll found it (POLL_INTERVAL is 0.05 s here, but a loaded
+    # machine stretches that); in log order it would start after 200 or more.
+    assert len(between) <= 30
+    assert len(after) >= 200
 
 
 def runs_like(prefix: str) -> list[Handled]:

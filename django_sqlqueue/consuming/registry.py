@@ -9,7 +9,7 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from importlib import import_module
-from typing import TYPE_CHECKING, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from django.apps import apps
 from django.utils.module_loading import module_has_submodule
@@ -41,9 +41,10 @@ class Subscription:
     batch_size: int
     backoff: Backoff
     auto_extend: bool
-    # The priority of a delivered message (higher starts first among those a worker has
-    # fetched); None: every message of the subscription has priority 0.
-    priority_of: Callable[[Message], int] | None = None
+    # The priority of a message, from its payload: the worker starts the highest-priority
+    # due message among the partitions it holds, reading ahead of its free capacity to
+    # find it. None: every message has priority 0 and is handed out in log order.
+    priority_of: Callable[[Any], int] | None = None
 
     @property
     def strict(self) -> bool:

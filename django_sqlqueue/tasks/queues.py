@@ -7,7 +7,6 @@ from typing import Any
 from django.utils.module_loading import import_string
 
 from ..conf import get_settings
-from ..consuming.message import Message
 from ..consuming.registry import Subscription
 from ..exceptions import ConfigurationError
 from .options import GROUP, MAX_TASK_ATTEMPTS, topic_for
@@ -65,7 +64,6 @@ def task_subscriptions(queues: dict[str, str], worker_id: str) -> list[Subscript
     return subscriptions
 
 
-def _priority(message: Message) -> int:
-    payload = message.payload
+def _priority(payload: Any) -> int:
     priority = payload.get("priority", 0) if isinstance(payload, dict) else 0
     return priority if isinstance(priority, int) and not isinstance(priority, bool) else 0

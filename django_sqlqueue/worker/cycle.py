@@ -32,6 +32,7 @@ from ..models.messages import DeadLetterSource
 from ..models.offsets import Progress
 from .outcomes import Outcome
 from .partitions import Entry, Ident, Partition
+from .priority import deliver_by_priority
 
 logger = logging.getLogger("django_sqlqueue.worker")
 
@@ -244,6 +245,13 @@ class PollCycle:
             return  # a handler finishing wakes the worker, and frees capacity
         share = {p.ident: max(1, free // len(wanting)) for p in wanting}
         writes = _Writes()
+        prioritised = [p for p in wanting if p.subscription.priority_of is not None]
+        for members in _by_subscription(prioritised).values():
+            # The subscription's partitions pool their shares: the best message of any of
+            # them goes first.
+            deliver_by_priority(self, members, sum(share[p.ident] for p in members), now_ms,
+                                writes, result, lambda p: _spend(share, p))
+        wanting = [p for p in wanting if p.subscription.priority_of is None]
         ready: list[tuple[Partition, Entry]] = []
         for partition in wanting:
             limit = share[partition.ident]
@@ -269,7 +277,7 @@ class PollCycle:
         # Poll again at once only while capacity is left for partitions that used up
         # their share: with none left, the next handler to finish wakes the worker.
         if free - len(result.deliveries) > 0:
-            for partition in wanting:
+            for partition in [*prioritised, *wanting]:
                 if share[partition.ident] <= 0 and partition.wants_look(now_ms):
                     result.report(partition).more = True
 
@@ -287,16 +295,23 @@ class PollCycle:
             message = Message.from_row(row, subscription.group, entry.attempts + 1,
                                        partition.number)
             if entry.attempts >= subscription.max_attempts:
-                error = entry.last_error or (
-                    f"visibility timeout expired {subscription.max_attempts} time(s) "
-                    "without an ack or nack"
-                )
-                message.attempt = entry.attempts  # the last attempt that actually ran
-                self.dead_letter(partition, message, error)
-                partition.settled(entry)
-                result.report(partition).dead_on_fetch.append(DeadOnFetch(partition, message, error))
+                self.expire(partition, entry, message, result)
                 continue
             self._hand_out(partition, entry, message, writes, result)
+
+    def expire(self, partition: Partition, entry: Entry, message: Message,
+               result: CycleResult) -> None:
+        """Dead-letter a message whose attempts ran out without an outcome (its workers
+        kept dying, or kept losing it to the visibility timeout)."""
+        subscription = partition.subscription
+        error = entry.last_error or (
+            f"visibility timeout expired {subscription.max_attempts} time(s) "
+            "without an ack or nack"
+        )
+        message.attempt = entry.attempts  # the last attempt that actually ran
+        self.dead_letter(partition, message, error)
+        partition.settled(entry)
+        result.report(partition).dead_on_fetch.append(DeadOnFetch(partition, message, error))
 
     def _admit(self, members: list[Partition], rows: list[ReadRow], limits: dict[str, int],
                share: dict[Ident, int], writes: _Writes, result: CycleResult) -> None:
@@ -408,6 +423,10 @@ def _dead_letter_source(message: Message) -> DeadLetterSource:
         json.dumps(message.headers, separators=(",", ":")),
         round(message.published_at.timestamp() * 1000),
     )
+
+
+def _spend(share: dict[Ident, int], partition: Partition) -> None:
+    share[partition.ident] -= 1
 
 
 def _by_subscription(partitions: Iterable[Partition]) -> dict[Subscriber, list[Partition]]:

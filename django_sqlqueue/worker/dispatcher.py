@@ -185,6 +185,6 @@ def _priority(partition: Partition, message: Message) -> int:
     if priority_of is None:
         return 0
     try:
-        return int(priority_of(message))
+        return int(priority_of(message.payload))
     except Exception:  # noqa: BLE001 - a message that names no usable priority runs at 0
         return 0
