@@ -4,6 +4,7 @@
     DATABASE_URL=mysql://root@127.0.0.1:3306/test python benchmarks/run.py
     python benchmarks/run.py --only end_to_end --only latency --seconds 10
     python benchmarks/run.py --json benchmarks/results/latest.json
+    python benchmarks/run.py --only tasks          # the Tasks backend vs django-tasks-db
 
 The benchmarks use their own database (``sqlqueue_bench``, created when missing; for
 SQLite a ``sqlqueue_bench.sqlite3`` next to the configured file), migrate it, and empty
@@ -30,7 +31,7 @@ if str(REPO_ROOT) not in sys.path:
     sys.path.insert(0, str(REPO_ROOT))
 
 NAMES = ["publish_single", "publish_many", "end_to_end", "latency", "idle_queries",
-         "many_keys", "scale", "fleet"]
+         "many_keys", "scale", "fleet", "tasks"]
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -57,6 +58,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         help="how long scale may take to drain, in seconds (default: 1800)")
     parser.add_argument("--fleet-sizes", default="8,16,32",
                         help="comma-separated worker counts for fleet (default: 8,16,32)")
+    parser.add_argument("--tasks", type=int, default=20_000,
+                        help="no-op tasks tasks enqueues and drains on django-sqlqueue's "
+                             "backend (default: 20000)")
+    parser.add_argument("--baseline-tasks", type=int, default=2_000,
+                        help="... and on django-tasks-db's, which is slower (default: 2000)")
     parser.add_argument("--profile", action="store_true",
                         help="MariaDB/MySQL: also count the end_to_end workers' statements "
                              "by kind and table (adds a little overhead)")
@@ -64,7 +70,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         help="keep the worker logs even when every benchmark succeeded")
     args = parser.parse_args(argv)
     if args.seconds <= 0 or args.messages < 1 or args.latency_seconds <= 0 \
-            or args.idle_seconds <= 0 or args.scale_messages < 1 or args.scale_timeout <= 0:
+            or args.idle_seconds <= 0 or args.scale_messages < 1 or args.scale_timeout <= 0 \
+            or args.tasks < 2 or args.baseline_tasks < 2:
         parser.error("durations and message counts must be positive")
     try:
         args.fleet_sizes = tuple(int(n) for n in args.fleet_sizes.split(","))
@@ -91,9 +98,9 @@ def main(argv: list[str] | None = None) -> int:
     django.setup()
     from django.core.management import call_command
 
-    from benchmarks import scaling, suite
+    from benchmarks import scaling, suite, tasks
 
-    benchmarks = {**suite.BENCHMARKS, **scaling.BENCHMARKS}
+    benchmarks = {**suite.BENCHMARKS, **scaling.BENCHMARKS, **tasks.BENCHMARKS}
 
     call_command("migrate", verbosity=0, interactive=False)
     meta = describe(db, args)
@@ -105,7 +112,8 @@ def main(argv: list[str] | None = None) -> int:
         e2e_messages=args.messages, latency_seconds=args.latency_seconds,
         idle_seconds=args.idle_seconds, profile=args.profile,
         scale_messages=args.scale_messages, scale_timeout=args.scale_timeout,
-        fleet_sizes=args.fleet_sizes,
+        fleet_sizes=args.fleet_sizes, task_count=args.tasks,
+        baseline_task_count=args.baseline_tasks,
     )
     results: list[suite.Result] = []
     failures: list[str] = []
