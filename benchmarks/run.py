@@ -58,11 +58,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         help="how long scale may take to drain, in seconds (default: 1800)")
     parser.add_argument("--fleet-sizes", default="8,16,32",
                         help="comma-separated worker counts for fleet (default: 8,16,32)")
-    parser.add_argument("--tasks", type=int, default=20_000,
+    parser.add_argument("--tasks", type=int, default=5_000,
                         help="no-op tasks tasks enqueues and drains on django-sqlqueue's "
-                             "backend (default: 20000)")
-    parser.add_argument("--baseline-tasks", type=int, default=2_000,
-                        help="... and on django-tasks-db's, which is slower (default: 2000)")
+                             "backend in each of three rounds (default: 5000)")
+    parser.add_argument("--baseline-tasks", type=int, default=1_000,
+                        help="... and on django-tasks-db's, which is slower (default: 1000)")
     parser.add_argument("--profile", action="store_true",
                         help="MariaDB/MySQL: also count the end_to_end workers' statements "
                              "by kind and table (adds a little overhead)")

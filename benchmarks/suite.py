@@ -97,8 +97,8 @@ class Context:
     scale_messages: int = 1_000_000
     scale_timeout: float = 1800.0
     fleet_sizes: tuple[int, ...] = (8, 16, 32)
-    task_count: int = 20_000  # tasks enqueued and drained on django-sqlqueue's backend
-    baseline_task_count: int = 2_000  # ... and on django-tasks-db's
+    task_count: int = 5_000  # tasks enqueued and drained on django-sqlqueue's backend
+    baseline_task_count: int = 1_000  # ... and on django-tasks-db's
     workers: list[subprocess.Popen[bytes]] = field(default_factory=list)
     log: Callable[[str], None] = print
 

@@ -11,6 +11,7 @@ from django.test import override_settings
 from django.utils import timezone
 
 from django_sqlqueue.models import QueueMessage, TaskResultRecord
+from django_sqlqueue.rows import decode_json
 from django_sqlqueue.tasks import InvalidTaskArguments, QueueBackend
 from django_sqlqueue.tasks.compat import (
     InvalidTask,
@@ -38,22 +39,24 @@ def test_the_backend_supports_defer_priority_results_and_async_tasks():
             backend.supports_async_task) == (True, True, True, True)
 
 
-def test_enqueue_writes_a_ready_result_and_a_keyless_message_on_the_queue_topic():
+def test_enqueue_publishes_one_keyless_message_on_the_queue_topic_and_no_result_row():
     result = tasks.add.enqueue(2, b=3)
     assert result.status == TaskResultStatus.READY
-    row = TaskResultRecord.objects.get(id=result.id)
-    assert (row.task_path, row.queue_name, row.args, row.kwargs) == (
-        "tests.testapp.tasks.add", "default", [2], {"b": 3})
     message = QueueMessage.objects.get(topic="tasks.default", message_id=result.id)
     assert message.message_key == ""
-    assert message.payload["task"] == "tests.testapp.tasks.add"
+    payload = decode_json(message.payload)
+    assert (payload["task"], payload["args"], payload["kwargs"]) == (
+        "tests.testapp.tasks.add", [2], {"b": 3})
+    # A worker writes the result row as it starts the task.
+    assert not TaskResultRecord.objects.exists()
 
 
-def test_get_result_reads_the_stored_result():
-    result = tasks.add.enqueue(1, 2)
+def test_get_result_of_a_task_no_worker_started_reads_its_message():
+    result = tasks.add.using(priority=7).enqueue(1, 2)
     again = tasks.add.get_result(result.id)
     assert (again.id, again.status, again.args, again.worker_ids, again.errors) == (
         result.id, TaskResultStatus.READY, [1, 2], [], [])
+    assert again.task.priority == 7
     assert again.enqueued_at is not None and again.started_at is None
 
 
@@ -66,8 +69,9 @@ def test_an_enqueue_rolled_back_leaves_neither_result_nor_message():
     with pytest.raises(RuntimeError), transaction.atomic():
         result = tasks.add.enqueue(1, 1)
         raise RuntimeError("roll back")
-    assert not TaskResultRecord.objects.filter(id=result.id).exists()
     assert not QueueMessage.objects.filter(message_id=result.id).exists()
+    with pytest.raises(TaskResultDoesNotExist):
+        task_backends["default"].get_result(result.id)
 
 
 def test_task_enqueued_is_sent_once_the_enqueue_commits(django_capture_on_commit_callbacks):
@@ -92,15 +96,14 @@ def test_task_enqueued_is_sent_once_the_enqueue_commits(django_capture_on_commit
 def test_arguments_that_are_not_json_are_refused_at_enqueue(args):
     with pytest.raises(InvalidTaskArguments, match="tests.testapp.tasks.add"):
         tasks.add.enqueue(*args)
-    assert not TaskResultRecord.objects.exists()
+    assert not QueueMessage.objects.exists()
 
 
 def test_run_after_is_stored_and_delays_the_message_by_the_database_clock():
     run_after = timezone.now() + timedelta(minutes=5)
     result = tasks.add.using(run_after=run_after).enqueue(1, 2)
-    row = TaskResultRecord.objects.get(id=result.id)
     message = QueueMessage.objects.get(message_id=result.id)
-    assert row.run_after == run_after
+    assert tasks.add.get_result(result.id).task.run_after == run_after
     assert abs(message.deliver_at - run_after.timestamp() * 1000) < 2000
 
 

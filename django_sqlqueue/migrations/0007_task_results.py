@@ -29,7 +29,6 @@ class Migration(migrations.Migration):
                 ('worker_ids', models.JSONField(default=list)),
                 ('errors', models.JSONField(default=list)),
                 ('return_value', models.JSONField(blank=True, null=True)),
-                ('finished_by_offset', models.BigIntegerField(blank=True, null=True)),
             ],
             options={
                 'verbose_name': 'task result',

@@ -1,18 +1,18 @@
-"""``queue_task_results``: one row per enqueued task, what ``get_result`` reads.
+"""``queue_task_results``: one row per started task, what ``get_result`` reads.
 
-The row is written in the enqueuing transaction (with the task's message), then by the
-worker that runs the task: RUNNING at each attempt's start, READY again after a failed
-attempt that will be retried, SUCCESSFUL or FAILED at the end. Only one worker runs a
-task at a time (its message is invisible to the others), so a read-modify-write under a
-row lock is enough to append to the JSON lists.
+Until a worker starts a task, its message in the log is all there is (``get_result`` reads
+it from there). The worker writes the row inside its poll transaction: RUNNING as each
+attempt is handed out, READY again after a failed attempt that will be retried,
+SUCCESSFUL or FAILED at the end. Only one worker runs a task at a time (its message is
+invisible to the others), so a read-modify-write under a row lock is enough to append to
+the JSON lists.
 """
 
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any
 
-from django.db import models, transaction
+from django.db import models
 
 from .fields import ID_LENGTH
 
@@ -38,10 +38,6 @@ class TaskResultQuerySet(models.QuerySet["TaskResultRecord"]):
             if len(ids) < batch:
                 return deleted
 
-    def locked(self, result_id: str) -> TaskResultRecord | None:
-        """The row, locked for this transaction (call inside ``transaction.atomic``)."""
-        return self.select_for_update().filter(id=result_id).first()
-
 
 class TaskResultRecord(models.Model):
     """A task's result: status, timings, one worker id per attempt, every error."""
@@ -63,9 +59,6 @@ class TaskResultRecord(models.Model):
     # [{"exception_class_path": ..., "traceback": ...}, ...], one per failed attempt
     errors = models.JSONField(default=list)
     return_value = models.JSONField(null=True, blank=True)
-    # The log offset of the message whose run last finished the task: a redelivery of that
-    # same message (its ack was lost) is told apart from a replay, which is a new message.
-    finished_by_offset = models.BigIntegerField(null=True, blank=True)
 
     objects = TaskResultQuerySet.as_manager()
 
@@ -77,18 +70,3 @@ class TaskResultRecord(models.Model):
 
     def __str__(self) -> str:
         return f"{self.task_path}[{self.id}] {self.status}"
-
-    def save_fields(self, *names: str, using: str | None = None) -> None:
-        self.save(update_fields=list(names), using=using)
-
-
-def update_locked(result_id: str, using: str, change: Any) -> TaskResultRecord | None:
-    """Run ``change(row)`` on the locked row and save what it returns the names of."""
-    with transaction.atomic(using=using):
-        row = TaskResultRecord.objects.using(using).locked(result_id)
-        if row is None:
-            return None
-        fields = change(row)
-        if fields:
-            row.save(update_fields=list(fields), using=using)
-        return row

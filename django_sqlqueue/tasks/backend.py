@@ -15,21 +15,22 @@ from typing import Any
 
 from django.core.checks import CheckMessage, Error
 from django.db import connections, router, transaction
-from django.utils import timezone
 
 from ..consuming.backoff import Backoff
 from ..db import vendor
 from ..exceptions import InvalidMessage
-from ..models import TaskResultRecord
+from ..models import QueueMessage, TaskResultRecord
 from ..models.fields import MAX_TOPIC_LENGTH
 from ..models.task_results import QUEUE_NAME_LENGTH, TASK_PATH_LENGTH
-from ..publishing import publish
+from ..publishing import publish_new
+from ..rows import decode_json, epoch_ms_to_datetime
 from .compat import (
     BaseTaskBackend,
     InvalidTask,
     Task,
     TaskResult,
     TaskResultDoesNotExist,
+    TaskResultStatus,
     normalize_json,
     task_enqueued,
 )
@@ -42,7 +43,7 @@ from .options import (
     valid_attempts,
     valid_backoff,
 )
-from .results import to_task_result
+from .results import load_task_path, to_task_result
 
 _QUEUE_RE = re.compile(r"[A-Za-z0-9._-]+")  # the whole name: use fullmatch
 _MAX_QUEUE = min(QUEUE_NAME_LENGTH, MAX_TOPIC_LENGTH - len(TOPIC_PREFIX))
@@ -102,34 +103,44 @@ class QueueBackend(BaseTaskBackend):
                 f"{task.module_path}: task arguments must be JSON-serializable "
                 f"(str, int, float, bool, None, lists and dicts of them): {exc}"
             ) from exc
-        alias = router.db_for_write(TaskResultRecord)
+        alias = router.db_for_write(QueueMessage)
         result_id = uuid.uuid4().hex
-        now = timezone.now()
+        run_after = task.run_after.isoformat() if task.run_after is not None else None
+        # The message is the task until a worker starts it: that worker writes its result
+        # row, in the transaction that hands the task out (see runner.py).
         payload = {"id": result_id, "task": task.module_path, "backend": self.alias,
-                   "args": args, "kwargs": kwargs, "priority": task.priority}
-        with transaction.atomic(using=alias):
-            try:
-                publish(topic_for(task.queue_name), payload, id=result_id,
-                        delay=_delay_until(task.run_after, alias), using=alias)
-            except InvalidMessage as exc:
-                raise InvalidTaskArguments(f"{task.module_path}: {exc}") from exc
-            row = TaskResultRecord.objects.using(alias).create(
-                id=result_id, task_path=task.module_path, backend=self.alias,
-                queue_name=task.queue_name, priority=task.priority, status="READY",
-                args=args, kwargs=kwargs, run_after=task.run_after, enqueued_at=now,
-            )
-            result = to_task_result(row, task)
-            # Sent once the task exists for the workers: never for a rolled-back enqueue.
-            transaction.on_commit(
-                lambda: task_enqueued.send(type(self), task_result=result), using=alias)
+                   "args": args, "kwargs": kwargs, "priority": task.priority,
+                   "run_after": run_after}
+        try:
+            stored = publish_new(topic_for(task.queue_name), payload, id=result_id,
+                             delay=_delay_until(task.run_after, alias), using=alias)
+        except InvalidMessage as exc:
+            raise InvalidTaskArguments(f"{task.module_path}: {exc}") from exc
+        result = _ready_result(task, result_id, args, kwargs, stored.published_at, self.alias)
+        # Sent once the task exists for the workers: never for a rolled-back enqueue.
+        transaction.on_commit(
+            lambda: task_enqueued.send(type(self), task_result=result), using=alias)
         return result
 
     def get_result(self, result_id: str) -> Any:
+        """The result row; for a task no worker has started yet, its message."""
+        result_id = str(result_id)
         alias = router.db_for_read(TaskResultRecord)
-        row = TaskResultRecord.objects.using(alias).filter(id=str(result_id)).first()
-        if row is None:
+        row = TaskResultRecord.objects.using(alias).filter(id=result_id).first()
+        if row is not None:
+            return to_task_result(row)
+        message = QueueMessage.objects.waiting_task(
+            [topic_for(q) for q in sorted(self.queues)], result_id, alias)
+        if message is None:
             raise TaskResultDoesNotExist(result_id)
-        return to_task_result(row)
+        payload = decode_json(message.payload)
+        task = load_task_path(payload["task"], result_id).using(
+            priority=payload.get("priority", 0), queue_name=message.topic.split(".", 1)[1],
+            backend=payload["backend"])
+        if payload.get("run_after"):
+            task = task.using(run_after=datetime.fromisoformat(payload["run_after"]))
+        return _ready_result(task, result_id, payload["args"], payload["kwargs"],
+                             epoch_ms_to_datetime(message.published_at), payload["backend"])
 
     def check(self, **kwargs: Any) -> list[CheckMessage]:
         errors: list[CheckMessage] = [
@@ -145,6 +156,15 @@ class QueueBackend(BaseTaskBackend):
                 "characters from [A-Za-z0-9._-] (it names the topic tasks.<queue>)",
                 hint="Rename the queue.", id="sqlqueue.E055", obj=f"TASKS[{self.alias!r}]"))
         return errors
+
+
+def _ready_result(task: Any, result_id: str, args: Any, kwargs: Any, enqueued_at: datetime,
+                  backend: str) -> Any:
+    return TaskResult(
+        task=task, id=result_id, status=TaskResultStatus.READY, enqueued_at=enqueued_at,
+        started_at=None, finished_at=None, last_attempted_at=None, args=args, kwargs=kwargs,
+        backend=backend, errors=[], worker_ids=[],
+    )
 
 
 def _delay_until(run_after: datetime | None, alias: str) -> float:

@@ -18,12 +18,10 @@ def configured_queues() -> dict[str, str]:
     Raises ConfigurationError when two such backends share a queue name: they would share
     its topic.
     """
+    # ImportError without Django's Tasks framework (Django 5.2 without django-tasks).
     from .backend import QueueBackend
+    from .compat import task_backends
 
-    try:
-        from .compat import task_backends
-    except ImportError:
-        return {}
     queues: dict[str, str] = {}
     for alias, params in (task_backends.settings or {}).items():
         try:
@@ -60,6 +58,7 @@ def task_subscriptions(queues: dict[str, str], worker_id: str) -> list[Subscript
             # Tasks have no key and no order: concurrent mode, never strict.
             batch_size=max(2, conf.batch_size),
             backoff=backend.task_options.backoff, auto_extend=True, priority_of=_priority,
+            hooks=runner,
         ))
     return subscriptions
 

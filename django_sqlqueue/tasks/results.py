@@ -10,17 +10,22 @@ from ..models import TaskResultRecord
 from .compat import Task, TaskError, TaskResult, TaskResultDoesNotExist, TaskResultStatus
 
 
-def load_task(row: TaskResultRecord) -> Any:
-    """The Task the row was enqueued from, with the row's queue, priority and run_after."""
+def load_task_path(path: str, result_id: str) -> Any:
+    """The Task at ``path``; TaskResultDoesNotExist when there is none any more."""
     try:
-        task = import_string(row.task_path)
+        task = import_string(path)
     except ImportError as exc:
         raise TaskResultDoesNotExist(
-            f"result {row.id!r} belongs to {row.task_path!r}, which cannot be imported") from exc
+            f"result {result_id!r} belongs to {path!r}, which cannot be imported") from exc
     if not isinstance(task, Task):
         raise TaskResultDoesNotExist(
-            f"result {row.id!r} belongs to {row.task_path!r}, which is not a task")
-    return task.using(priority=row.priority, queue_name=row.queue_name,
+            f"result {result_id!r} belongs to {path!r}, which is not a task")
+    return task
+
+
+def load_task(row: TaskResultRecord) -> Any:
+    """The Task the row was enqueued from, with the row's queue, priority and run_after."""
+    return load_task_path(row.task_path, row.id).using(priority=row.priority, queue_name=row.queue_name,
                       run_after=row.run_after, backend=row.backend)
 
 

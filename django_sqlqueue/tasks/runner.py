@@ -1,11 +1,18 @@
-"""Running one task message: the handler of a task queue's subscription.
+"""Running task messages: the handler of a task queue's subscription, and its hooks.
 
-Each attempt marks the result RUNNING and adds the worker's id; a success stores the return
-value (SUCCESSFUL); a failure stores the exception's path and traceback and either asks
-for a retry after the task's backoff (READY again) or, on the last attempt, ends FAILED and
-sends the message to the dead-letter topic. Signals are sent like Django's own backends
-send them: ``task_started`` at each attempt, ``task_finished`` once it is SUCCESSFUL or
-FAILED.
+The worker records a task's result inside its own poll transaction, so the result and
+the queue's state always agree:
+
+* as the cycle hands a task out, :meth:`TaskRunner.handed_out` marks its result RUNNING
+  and adds the worker's id (creating the row on the first attempt; a row still RUNNING
+  means the previous attempt's worker died, which is recorded as that attempt's error);
+* a handler thread runs the task (``__call__``) and keeps what happened for the cycle;
+* as the cycle records the outcome, :meth:`TaskRunner.recorded` stores it: SUCCESSFUL and
+  the return value, or the error and READY again (a retry follows after the backoff) or
+  FAILED (the message goes to the dead-letter topic in the same transaction).
+
+Signals are sent like Django's own backends send them: ``task_started`` as each attempt
+starts, ``task_finished`` once the task is SUCCESSFUL or FAILED and that is committed.
 """
 
 from __future__ import annotations
@@ -14,11 +21,12 @@ import json
 import logging
 import threading
 import time
-from datetime import timedelta
+from dataclasses import dataclass
+from datetime import datetime, timedelta
 from traceback import format_exception
 from typing import Any
 
-from django.db import router
+from django.db import router, transaction
 from django.utils import timezone
 from django.utils.module_loading import import_string
 
@@ -27,7 +35,7 @@ from ..consuming.message import Message
 from ..exceptions import DeadLetter, Retry, SQLQueueError
 from ..logtext import loggable
 from ..models import TaskResultRecord
-from ..models.task_results import update_locked
+from ..worker.outcomes import Outcome
 from .compat import (
     Task,
     TaskContext,
@@ -36,16 +44,27 @@ from .compat import (
     task_finished,
     task_started,
 )
-from .options import TaskOptions
 from .results import to_task_result
 
 logger = logging.getLogger("django_sqlqueue.tasks")
 
 PRUNE_INTERVAL = 60.0  # seconds between two prunings of old results by one worker
+Attempt = tuple[str, int, int]  # (topic, offset, attempt) of one delivery
 
 
 class WorkerLost(SQLQueueError):
     """Recorded as the error of an attempt whose worker stopped before it finished."""
+
+
+@dataclass
+class _Ended:
+    """What one attempt did, kept by its handler thread for the poll cycle to record."""
+
+    row: TaskResultRecord  # the result as the attempt started
+    task: Any
+    value: Any = None
+    error: dict[str, str] | None = None
+    final: bool = False  # no attempt follows this failed one
 
 
 class TaskRunner:
@@ -53,57 +72,114 @@ class TaskRunner:
 
     def __init__(self, worker_id: str) -> None:
         self.worker_id = worker_id
+        self._lock = threading.Lock()
+        self._started: dict[Attempt, TaskResultRecord | None] = {}  # None: already done
+        self._ended: dict[Attempt, _Ended] = {}
         self._next_prune = 0.0
-        self._prune_lock = threading.Lock()
 
-    def __call__(self, message: Message) -> None:
-        payload = message.payload
-        result_id, path, alias = payload["id"], payload["task"], payload["backend"]
-        using = router.db_for_write(TaskResultRecord)
-        backend: Any = task_backends[alias]
-        task = _import_task(path)
-        options: TaskOptions = backend.task_options
-        max_attempts = getattr(task, "max_attempts", None) or options.max_attempts
-        backoff = getattr(task, "backoff", None) or options.backoff
-        decision: dict[str, Any] = {}
+    # ----------------------------------------------------------------- poll cycle hooks
 
-        def start(row: TaskResultRecord) -> list[str]:
-            if row.status == "SUCCESSFUL":
-                decision["skip"] = "done"  # a redelivery after the ack was lost
-                return []
-            if row.status == "FAILED" and row.finished_by_offset == message.offset:
-                decision["skip"] = "failed"  # ... or after the dead-lettering was lost
-                return []
-            if row.status == "RUNNING":
-                # The previous attempt's worker stopped before it recorded anything.
+    def handed_out(self, messages: list[Message], using: str) -> None:
+        """Mark the results RUNNING as their messages are delivered, in the cycle's
+        transaction: one locking read and one insert for first attempts."""
+        messages = [m for m in messages if _task_id(m) is not None]  # others: see __call__
+        ids = sorted({_payload(m)["id"] for m in messages})
+        rows = TaskResultRecord.objects.using(using).select_for_update().in_bulk(ids)
+        now = timezone.now()
+        new: list[TaskResultRecord] = []
+        created: set[str] = set()
+        started: dict[Attempt, TaskResultRecord | None] = {}
+        for message in messages:
+            payload = _payload(message)
+            row = rows.get(payload["id"])
+            if row is not None and row.status == "SUCCESSFUL":
+                started[_key(message)] = None  # a replayed copy of a finished task
+                continue
+            if row is None:
+                row = rows[payload["id"]] = _new_row(payload, message)
+                new.append(row)
+                created.add(row.id)
+            elif row.status == "RUNNING":
                 lost = row.worker_ids[-1] if row.worker_ids else "?"
                 row.errors.append(_error(WorkerLost(
                     f"worker {lost} stopped during attempt {len(row.worker_ids)} without "
                     "recording an outcome; run again after the visibility timeout")))
-            now = timezone.now()
             row.worker_ids.append(self.worker_id)
             row.status = "RUNNING"
             row.started_at = row.started_at or now
             row.last_attempted_at = now
             row.finished_at = None
-            row.finished_by_offset = None
-            return ["worker_ids", "errors", "status", "started_at", "last_attempted_at",
-                    "finished_at", "finished_by_offset"]
+            if row.id not in created:
+                row.save(update_fields=["worker_ids", "errors", "status", "started_at",
+                                        "last_attempted_at", "finished_at"], using=using)
+            started[_key(message)] = _copy(row)
+        TaskResultRecord.objects.using(using).bulk_create(new)
+        with self._lock:
+            self._started.update(started)
 
-        row = update_locked(result_id, using, start)
+    def recorded(self, outcomes: list[Outcome], using: str) -> None:
+        """Store the attempts' outcomes with the cycle that records them; send
+        task_finished once that commits."""
+        with self._lock:
+            ended = [(o, self._ended.pop(_key(o.message), None)) for o in outcomes]
+        now = timezone.now()
+        succeeded = [end for _, end in ended if end is not None and end.error is None]
+        failed = [end for _, end in ended if end is not None and end.error is not None]
+        finished: list[tuple[TaskResultRecord, Any]] = []
+        if succeeded:
+            records = TaskResultRecord.objects.using(using)
+            records.filter(id__in=[e.row.id for e in succeeded]).update(
+                status="SUCCESSFUL", finished_at=now)
+            returned = [replace_row(e.row, return_value=e.value) for e in succeeded
+                        if e.value is not None]
+            if returned:
+                records.bulk_update(returned, ["return_value"])
+            for end in succeeded:
+                finished.append((replace_row(end.row, status="SUCCESSFUL", finished_at=now,
+                                             return_value=end.value), end.task))
+        for end in failed:
+            row = TaskResultRecord.objects.using(using).select_for_update().get(id=end.row.id)
+            row.errors.append(end.error)
+            row.status = "FAILED" if end.final else "READY"
+            row.finished_at = now if end.final else None
+            row.save(update_fields=["errors", "status", "finished_at"], using=using)
+            if end.final:
+                finished.append((row, end.task))
+        if finished:
+            transaction.on_commit(lambda: self._announce(finished), using=using)
+
+    def _announce(self, finished: list[tuple[TaskResultRecord, Any]]) -> None:
+        for row, task in finished:
+            _send(task_finished, task_backends[row.backend], to_task_result(row, task))
+
+    # ----------------------------------------------------------------- handler
+
+    def __call__(self, message: Message) -> None:
+        key = _key(message)
+        _payload(message)  # a message that is no task goes to the dead letters
+        with self._lock:
+            if key not in self._started:
+                raise RuntimeError(f"task {_payload(message)['id']} was delivered without a "
+                                   "start record; it is retried")
+            row = self._started.pop(key)
         if row is None:
-            row = _recreate(payload, message, using)
-            row = update_locked(result_id, using, start)
-            if row is None:
-                raise RuntimeError(f"the result row {result_id!r} vanished as it was created")
-        if decision.get("skip") == "done":
-            return
-        if decision.get("skip") == "failed":
-            raise DeadLetter(f"{path} failed; its dead-lettering is recorded again")
+            return  # SUCCESSFUL already
+        backend: Any = task_backends[row.backend]
+        task = _import_task(row.task_path)
         if task is None:
-            self._finish(result_id, using, path, ImportError(f"{path} is not a task"), final=True)
-            raise DeadLetter(f"{path} cannot be imported as a task")
-        task = task.using(priority=row.priority, queue_name=row.queue_name, backend=row.backend)
+            self._keep(key, _Ended(row, None, error=_error(ImportError(
+                f"{row.task_path} is not a task")), final=True))
+            raise DeadLetter(f"{row.task_path} cannot be imported as a task")
+        max_attempts = getattr(task, "max_attempts", None) or backend.task_options.max_attempts
+        backoff = getattr(task, "backoff", None) or backend.task_options.backoff
+        if (task.priority, task.queue_name, task.backend) != (row.priority, row.queue_name,
+                                                              row.backend):
+            task = task.using(priority=row.priority, queue_name=row.queue_name,
+                              backend=row.backend)
+        if message.attempt > max_attempts:  # its workers kept dying before an outcome
+            self._keep(key, _Ended(row, task, error=_error(WorkerLost(
+                f"no attempt left after {message.attempt - 1} deliveries")), final=True))
+            raise DeadLetter(f"{row.task_path}: no attempt left")
         result = to_task_result(row, task)
         _send(task_started, backend, result)
         try:
@@ -115,65 +191,84 @@ class TaskRunner:
             json.dumps(value, allow_nan=False)
         except BaseException as exc:  # noqa: BLE001 - every failure is recorded on the result
             final = message.attempt >= max_attempts
-            finished = self._finish(result_id, using, path, exc, final=final, offset=message.offset)
+            logger.log(logging.WARNING if final else logging.INFO,
+                       "task attempt failed id=%s task=%s attempt=%s final=%s error=%s",
+                       row.id, row.task_path, message.attempt, final,
+                       loggable(f"{type(exc).__name__}: {exc}", 300))
+            self._keep(key, _Ended(row, task, error=_error(exc), final=final))
             if final:
-                if finished is not None:
-                    _send(task_finished, backend, to_task_result(finished, task))
                 raise DeadLetter(f"{type(exc).__name__}: {exc}") from exc
-            delay = retry_delay(backoff, message.attempt)
-            raise Retry(delay, f"{type(exc).__name__}: {exc}") from exc
-        finished = self._succeed(result_id, using, value, message.offset)
-        if finished is not None:
-            _send(task_finished, backend, to_task_result(finished, task))
-        self._maybe_prune(alias, options, using)
+            raise Retry(retry_delay(backoff, message.attempt), f"{type(exc).__name__}: {exc}") from exc
+        self._keep(key, _Ended(row, task, value=value))
+        self._maybe_prune(backend)
 
-    # ----------------------------------------------------------------- steps
+    def _keep(self, key: Attempt, ended: _Ended) -> None:
+        with self._lock:
+            self._ended[key] = ended
 
-    def _succeed(self, result_id: str, using: str, value: Any, offset: int) -> TaskResultRecord | None:
-        def change(row: TaskResultRecord) -> list[str]:
-            row.status = "SUCCESSFUL"
-            row.return_value = value
-            row.finished_at = timezone.now()
-            row.finished_by_offset = offset
-            return ["status", "return_value", "finished_at", "finished_by_offset"]
-
-        return update_locked(result_id, using, change)
-
-    def _finish(self, result_id: str, using: str, path: str, exc: BaseException, *,
-                final: bool, offset: int | None = None) -> TaskResultRecord | None:
-        """Record a failed attempt: FAILED when it was the last, else READY again."""
-        logger.log(logging.WARNING if final else logging.INFO,
-                   "task attempt failed id=%s task=%s final=%s error=%s", result_id, path,
-                   final, loggable(f"{type(exc).__name__}: {exc}", 300))
-
-        def change(row: TaskResultRecord) -> list[str]:
-            row.errors.append(_error(exc))
-            row.status = "FAILED" if final else "READY"
-            if final:
-                row.finished_at = timezone.now()
-                row.finished_by_offset = offset
-            return ["errors", "status", "finished_at", "finished_by_offset"]
-
-        return update_locked(result_id, using, change)
-
-    def _maybe_prune(self, alias: str, options: TaskOptions, using: str) -> None:
+    def _maybe_prune(self, backend: Any) -> None:
         """Delete this backend's results finished longer than RESULT_RETENTION ago, at most
         once a minute per worker."""
-        if options.result_retention is None:
+        retention = backend.task_options.result_retention
+        if retention is None:
             return
         now = time.monotonic()
-        with self._prune_lock:
+        with self._lock:
             if now < self._next_prune:
                 return
             self._next_prune = now + PRUNE_INTERVAL
-        cutoff = timezone.now() - timedelta(seconds=options.result_retention)
+        cutoff = timezone.now() - timedelta(seconds=retention)
+        using = router.db_for_write(TaskResultRecord)
         try:
-            deleted = TaskResultRecord.objects.using(using).filter(backend=alias).prune(cutoff)
+            deleted = TaskResultRecord.objects.using(using).filter(
+                backend=backend.alias).prune(cutoff)
         except Exception as exc:  # noqa: BLE001 - pruning is housekeeping; the next one retries
             logger.warning("could not prune task results: %s: %s", type(exc).__name__, exc)
             return
         if deleted:
-            logger.info("pruned task results backend=%s deleted=%s", alias, deleted)
+            logger.info("pruned task results backend=%s deleted=%s", backend.alias, deleted)
+
+
+def _key(message: Message) -> Attempt:
+    return (message.topic, message.offset, message.attempt)
+
+
+def _task_id(message: Message) -> str | None:
+    payload = message.payload
+    if not isinstance(payload, dict) or not all(
+            isinstance(payload.get(name), str) for name in ("id", "task", "backend")):
+        return None
+    return str(payload["id"])
+
+
+def _payload(message: Message) -> dict[str, Any]:
+    if _task_id(message) is None:
+        raise DeadLetter(f"not a task message: {loggable(repr(message.payload), 200)}")
+    payload: dict[str, Any] = message.payload
+    return payload
+
+
+def _new_row(payload: dict[str, Any], message: Message) -> TaskResultRecord:
+    run_after = payload.get("run_after")
+    return TaskResultRecord(
+        id=payload["id"], task_path=payload["task"], backend=payload["backend"],
+        queue_name=message.topic.split(".", 1)[1], priority=int(payload.get("priority", 0)),
+        status="READY", args=payload.get("args", []), kwargs=payload.get("kwargs", {}),
+        run_after=datetime.fromisoformat(run_after) if run_after else None,
+        enqueued_at=message.published_at, worker_ids=[], errors=[],
+    )
+
+
+def _copy(row: TaskResultRecord) -> TaskResultRecord:
+    """A snapshot of ``row`` that later changes to the row leave alone."""
+    return replace_row(row, worker_ids=list(row.worker_ids), errors=list(row.errors))
+
+
+def replace_row(row: TaskResultRecord, **changes: Any) -> TaskResultRecord:
+    copy = TaskResultRecord(**{f.attname: getattr(row, f.attname) for f in row._meta.concrete_fields})
+    for name, value in changes.items():
+        setattr(copy, name, value)
+    return copy
 
 
 def _import_task(path: str) -> Any:
@@ -182,17 +277,6 @@ def _import_task(path: str) -> Any:
     except ImportError:
         return None
     return task if isinstance(task, Task) else None
-
-
-def _recreate(payload: dict[str, Any], message: Message, using: str) -> TaskResultRecord:
-    """A message whose result row is gone (pruned, then replayed from the dead letters)
-    gets a new one."""
-    return TaskResultRecord.objects.using(using).create(
-        id=payload["id"], task_path=payload["task"], backend=payload["backend"],
-        queue_name=message.topic.split(".", 1)[1], priority=int(payload.get("priority", 0)),
-        status="READY", args=payload.get("args", []), kwargs=payload.get("kwargs", {}),
-        enqueued_at=message.published_at,
-    )
 
 
 def _error(exc: BaseException) -> dict[str, str]:
@@ -207,3 +291,4 @@ def _send(signal: Any, backend: Any, result: Any) -> None:
         if isinstance(response, Exception):
             logger.error("task signal receiver %r failed: %s: %s", receiver,
                          type(response).__name__, response)
+

@@ -30,6 +30,7 @@ from ..models import ConsumerOffset, DeliveryState, PartitionLease, QueueMessage
 from ..models.delivery import Hold, MessageRef, ReadRow
 from ..models.messages import DeadLetterSource
 from ..models.offsets import Progress
+from . import hooks
 from .outcomes import Outcome
 from .partitions import Entry, Ident, Partition
 from .priority import deliver_by_priority
@@ -186,6 +187,8 @@ class PollCycle:
                     partition.topic, partition.number, entry.offset,
                 )
         ledger.flush()
+        hooks.call(result.reports.values(), lambda report: report.recorded,
+                   lambda hooks_, outcomes: hooks_.recorded(outcomes, self.using))
 
     def _record_one(self, outcome: Outcome, ledger: _Ledger, entry: Entry,
                     partition: Partition) -> bool:
@@ -273,6 +276,8 @@ class PollCycle:
             )
             self._admit(members, rows, limits, share, writes, result)
         self._write_deliveries(writes, result)
+        hooks.call(result.reports.values(), lambda report: [d.message for d in report.deliveries],
+                   lambda hooks_, messages: hooks_.handed_out(messages, self.using))
         self._describe_dead_letters(result)
         # Poll again at once only while capacity is left for partitions that used up
         # their share: with none left, the next handler to finish wakes the worker.

@@ -160,11 +160,12 @@ def _select(options: dict[str, Any], worker_name: str) -> list[Subscription]:
 def _task_queues() -> dict[str, str]:
     """Queue name → backend alias of every configured django_sqlqueue task queue; none
     when the Tasks framework is not installed (Django 5.2 without django-tasks)."""
+    from django_sqlqueue.tasks.queues import configured_queues
+
     try:
-        from django_sqlqueue.tasks.queues import configured_queues
+        return configured_queues()
     except ImportError:
         return {}
-    return configured_queues()
 
 
 def _check_options(options: dict[str, Any]) -> int:
