@@ -5,14 +5,16 @@ enqueue ``--tasks`` no-op tasks one at a time (each its own transaction), then d
 with two workers (``runqueueworker --queue bench``; django-tasks-db's ``db_worker
 --queue-name bench``). Completed per second is measured between the first and the last
 ``finished_at`` the workers wrote.
-During the django-sqlqueue run a high-priority task is enqueued behind the backlog and a
-task with ``run_after`` two seconds ahead: the results say where the first started and
-whether the second started early.
+During each django-sqlqueue round, once a fifth of the backlog is done, a high-priority task
+is enqueued behind the rest, and a task with ``run_after`` two seconds ahead: the results
+say how many backlog tasks started between the first's enqueue and its start (on its
+worker, and on the other one), and whether the second started early.
 """
 
 from __future__ import annotations
 
 import importlib.util
+import json
 import os
 import statistics
 import subprocess
@@ -69,40 +71,63 @@ def _run(ctx: Context, which: str, task: Any, count: int, probes: bool) -> dict[
     started = time.perf_counter()
     for _ in range(count):
         task.enqueue()
-    enqueue_seconds = time.perf_counter() - started
+    enqueue_per_s = round(count / (time.perf_counter() - started), 1)
     extra: dict[str, Any] = {}
+    for n in range(TASK_WORKERS):
+        _start_worker(ctx, which, f"tasks-{which}-{n}")
+    table = RESULT_TABLES[which]
     if probes:
+        # Behind a backlog the workers are already draining: a high-priority task, and one
+        # deferred by DEFER_SECONDS.
+        _wait_for(ctx, table, count // 5, which)
+        probed_at = timezone.now()
         high = task.using(priority=100).enqueue()
         run_after = timezone.now() + timedelta(seconds=DEFER_SECONDS)
         deferred = task.using(run_after=run_after).enqueue()
         count += 2
-    for n in range(TASK_WORKERS):
-        _start_worker(ctx, which, f"tasks-{which}-{n}")
-    table = RESULT_TABLES[which]
-    deadline = time.monotonic() + DRAIN_TIMEOUT
-    while _count(table, "SUCCESSFUL") < count:
-        suite.check_workers_alive(ctx)
-        if time.monotonic() > deadline:
-            raise RuntimeError(f"{which}: tasks not drained within {DRAIN_TIMEOUT:.0f}s")
-        time.sleep(0.1)
+    _wait_for(ctx, table, count, which)
     suite.stop_workers(ctx)
     first, last = suite.fetch_all(
         f"SELECT MIN(finished_at), MAX(finished_at) FROM {table}")[0]  # noqa: S608 - fixed names
     span = (_as_datetime(last) - _as_datetime(first)).total_seconds()
     if probes:
-        high_started = _started_at(table, high.id)
-        extra["high_priority_started_after"] = int(suite.fetch_all(
-            f"SELECT COUNT(*) FROM {table} WHERE started_at < %s",  # noqa: S608 - fixed names
-            [high_started])[0][0])
+        extra.update(_priority_probe(table, high.id, probed_at))
         deferred_started = _started_at(table, deferred.id)
         extra["run_after_early_ms"] = max(
             0.0, round((run_after - deferred_started).total_seconds() * 1000, 1))
         extra["run_after_late_ms"] = round((deferred_started - run_after).total_seconds() * 1000, 1)
     return {
-        "tasks": count, "enqueue_per_s": round(count / enqueue_seconds, 1),
+        "tasks": count, "enqueue_per_s": enqueue_per_s,
         "completed_per_s": round((count - 1) / span, 1) if span > 0 else None,
         "drain_seconds": round(span, 2), **extra,
     }
+
+
+def _wait_for(ctx: Context, table: str, done: int, which: str) -> None:
+    deadline = time.monotonic() + DRAIN_TIMEOUT
+    while _count(table, "SUCCESSFUL") < done:
+        suite.check_workers_alive(ctx)
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"{which}: tasks not drained within {DRAIN_TIMEOUT:.0f}s")
+        time.sleep(0.05)
+
+
+def _priority_probe(table: str, high_id: str, enqueued_at: datetime) -> dict[str, int]:
+    """How many backlog tasks started after the high-priority one was enqueued and before
+    it started: on the worker that ran it (its scope), and on the other."""
+    high_started, high_workers = suite.fetch_all(
+        f"SELECT started_at, worker_ids FROM {table} WHERE id = %s", [high_id])[0]  # noqa: S608 - fixed names
+    worker = json.loads(high_workers)[0] if isinstance(high_workers, str) else high_workers[0]
+    same = other = 0
+    for (workers,) in suite.fetch_all(
+            f"SELECT worker_ids FROM {table} WHERE started_at > %s AND started_at < %s",  # noqa: S608 - fixed names
+            [enqueued_at, _as_datetime(high_started)]):
+        names = json.loads(workers) if isinstance(workers, str) else workers
+        if worker in names:
+            same += 1
+        else:
+            other += 1
+    return {"started_before_high_same_worker": same, "started_before_high_other_worker": other}
 
 
 def _empty(ctx: Context) -> None:
