@@ -10,16 +10,19 @@ from django.db import transaction
 from django.test import override_settings
 from django.utils import timezone
 
+from django_sqlqueue.exceptions import ConfigurationError
 from django_sqlqueue.models import QueueMessage, TaskResultRecord
 from django_sqlqueue.rows import decode_json
 from django_sqlqueue.tasks import InvalidTaskArguments, QueueBackend
 from django_sqlqueue.tasks.compat import (
+    SOURCE,
     InvalidTask,
     TaskResultDoesNotExist,
     TaskResultStatus,
     task_backends,
     task_enqueued,
 )
+from django_sqlqueue.tasks.queues import configured_queues
 from tests.testapp import tasks
 
 pytestmark = pytest.mark.django_db
@@ -155,3 +158,21 @@ def test_a_queue_name_that_cannot_name_a_topic_is_reported_by_system_checks():
     with override_settings(TASKS=tasks_setting):
         ids = [error.id for error in task_backends["default"].check()]
     assert ids == ["sqlqueue.E055"]
+
+
+def test_two_backends_sharing_a_queue_name_are_refused_when_a_worker_starts():
+    backend = {"BACKEND": "django_sqlqueue.tasks.QueueBackend", "QUEUES": ["default"]}
+    with override_settings(TASKS={"default": backend, "other": backend}), \
+            pytest.raises(ConfigurationError, match="'default' is in TASKS"):
+        configured_queues()
+
+
+def test_the_worker_finds_every_queue_of_every_queue_backend_and_no_other():
+    tasks_setting = {
+        "default": {"BACKEND": "django_sqlqueue.tasks.QueueBackend", "QUEUES": ["a", "b"]},
+        "immediate": {"BACKEND": "django.tasks.backends.immediate.ImmediateBackend"
+                      if SOURCE == "django.tasks" else
+                      "django_tasks.backends.immediate.ImmediateBackend", "QUEUES": ["c"]},
+    }
+    with override_settings(TASKS=tasks_setting):
+        assert configured_queues() == {"a": "default", "b": "default"}
