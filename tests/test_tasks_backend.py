@@ -176,3 +176,17 @@ def test_the_worker_finds_every_queue_of_every_queue_backend_and_no_other():
     }
     with override_settings(TASKS=tasks_setting):
         assert configured_queues() == {"a": "default", "b": "default"}
+
+
+def test_pruning_deletes_results_finished_before_the_cutoff_and_nothing_unfinished():
+    now = timezone.now()
+    old = now - timedelta(days=8)
+    common = {"task_path": "tests.testapp.tasks.add", "backend": "default",
+              "queue_name": "default", "enqueued_at": old}
+    TaskResultRecord.objects.create(id="old-ok", status="SUCCESSFUL", finished_at=old, **common)
+    TaskResultRecord.objects.create(id="old-failed", status="FAILED", finished_at=old, **common)
+    TaskResultRecord.objects.create(id="recent", status="SUCCESSFUL", finished_at=now, **common)
+    TaskResultRecord.objects.create(id="running", status="RUNNING", **common)
+    deleted = TaskResultRecord.objects.prune(now - timedelta(days=7), batch=1)
+    assert deleted == 2
+    assert sorted(TaskResultRecord.objects.values_list("id", flat=True)) == ["recent", "running"]
