@@ -175,6 +175,13 @@ $(COMPAT_VENV)/.stamp-dev: pyproject.toml $(COMPAT_VENV)/.sqlqueue-python | prov
 	$(COMPAT_PY) -m pip install -qq -e '.[dev,mysql,postgres]' 'Django~=$(COMPAT_DJANGO_SERIES).0'
 	@touch $@
 
+# The benchmarks' extra packages (django-tasks-db, the tasks benchmark's comparison), in
+# the bench environment only: the test runs never see them.
+$(VENV)/.stamp-bench: pyproject.toml $(VENV)/.stamp-dev
+	@echo "sqlqueue: installing django-sqlqueue[bench] into $(VENV)"
+	$(PY) -m pip install -qq -e '.[dev,mysql,postgres,bench]' 'Django~=$(DJANGO_SERIES).0'
+	@touch $@
+
 demo: $(VENV)/.stamp-base
 	$(PY) example_project/manage.py migrate --noinput
 	$(PY) example_project/manage.py demo
@@ -204,7 +211,7 @@ test-compat: $(COMPAT_VENV)/.stamp-dev | provision
 	  $(COMPAT_PY) -m django makemigrations --check --dry-run
 	$(call run_suite,$(COMPAT_PY),Python $(COMPAT_VERSION) / Django $(COMPAT_DJANGO_SERIES))
 
-bench: $(VENV)/.stamp-dev | provision
+bench: $(VENV)/.stamp-bench | provision
 	DATABASE_URL='$(BENCH_DATABASE_URL)' PYTHONPATH='$(ROOT)' $(PY) benchmarks/run.py $(BENCH_ARGS)
 
 # The chaos run restarts the database server once (when it runs on this machine): see

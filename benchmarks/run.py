@@ -4,6 +4,7 @@
     DATABASE_URL=mysql://root@127.0.0.1:3306/test python benchmarks/run.py
     python benchmarks/run.py --only end_to_end --only latency --seconds 10
     python benchmarks/run.py --json benchmarks/results/latest.json
+    python benchmarks/run.py --only tasks          # the Tasks backend vs django-tasks-db
 
 The benchmarks use their own database (``sqlqueue_bench``, created when missing; for
 SQLite a ``sqlqueue_bench.sqlite3`` next to the configured file), migrate it, and empty
@@ -30,7 +31,7 @@ if str(REPO_ROOT) not in sys.path:
     sys.path.insert(0, str(REPO_ROOT))
 
 NAMES = ["publish_single", "publish_many", "end_to_end", "latency", "idle_queries",
-         "many_keys", "scale", "fleet", "admin_pages"]
+         "many_keys", "scale", "fleet", "admin_pages", "tasks"]
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -61,6 +62,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         help="messages in the log for admin_pages (default: 1000000)")
     parser.add_argument("--admin-dead-letters", type=int, default=100_000,
                         help="dead letters for admin_pages (default: 100000)")
+    parser.add_argument("--tasks", type=int, default=5_000,
+                        help="no-op tasks tasks enqueues and drains on django-sqlqueue's "
+                             "backend in each of three rounds (default: 5000)")
+    parser.add_argument("--baseline-tasks", type=int, default=1_000,
+                        help="... and on django-tasks-db's, which is slower (default: 1000)")
     parser.add_argument("--profile", action="store_true",
                         help="MariaDB/MySQL: also count the end_to_end workers' statements "
                              "by kind and table (adds a little overhead)")
@@ -68,7 +74,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         help="keep the worker logs even when every benchmark succeeded")
     args = parser.parse_args(argv)
     if args.seconds <= 0 or args.messages < 1 or args.latency_seconds <= 0 \
-            or args.idle_seconds <= 0 or args.scale_messages < 1 or args.scale_timeout <= 0:
+            or args.idle_seconds <= 0 or args.scale_messages < 1 or args.scale_timeout <= 0 \
+            or args.tasks < 2 or args.baseline_tasks < 2:
         parser.error("durations and message counts must be positive")
     try:
         args.fleet_sizes = tuple(int(n) for n in args.fleet_sizes.split(","))
@@ -95,9 +102,10 @@ def main(argv: list[str] | None = None) -> int:
     django.setup()
     from django.core.management import call_command
 
-    from benchmarks import admin_pages, scaling, suite
+    from benchmarks import admin_pages, scaling, suite, tasks
 
-    benchmarks = {**suite.BENCHMARKS, **scaling.BENCHMARKS, **admin_pages.BENCHMARKS}
+    benchmarks = {**suite.BENCHMARKS, **scaling.BENCHMARKS, **admin_pages.BENCHMARKS,
+                  **tasks.BENCHMARKS}
 
     call_command("migrate", verbosity=0, interactive=False)
     meta = describe(db, args)
@@ -110,7 +118,8 @@ def main(argv: list[str] | None = None) -> int:
         idle_seconds=args.idle_seconds, profile=args.profile,
         scale_messages=args.scale_messages, scale_timeout=args.scale_timeout,
         fleet_sizes=args.fleet_sizes, admin_messages=args.admin_messages,
-        admin_dead_letters=args.admin_dead_letters,
+        admin_dead_letters=args.admin_dead_letters, task_count=args.tasks,
+        baseline_task_count=args.baseline_tasks,
     )
     results: list[suite.Result] = []
     failures: list[str] = []

@@ -11,6 +11,7 @@ A benchmark may override keys with a JSON object in ``SQLQUEUE_BENCH_SETTINGS``.
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 from pathlib import Path
@@ -20,8 +21,8 @@ import environ
 from benchmarks.database import own_database
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
-# SQLQUEUE_BENCH_DB: another name, so two people's runs on one server do not collide.
-BENCH_DB_NAME = os.environ.get("SQLQUEUE_BENCH_DB", "sqlqueue_bench")
+# SQLQUEUE_BENCH_DB names another one, so runs from two checkouts never share it.
+BENCH_DB_NAME = os.environ.get("SQLQUEUE_BENCH_DB") or "sqlqueue_bench"
 DEFAULT_DATABASE_URL = "mysql://root@127.0.0.1:3306/test"
 
 env = environ.Env()
@@ -61,6 +62,15 @@ TEMPLATES = [{
 }]
 ROOT_URLCONF = "benchmarks.urls"
 STATIC_URL = "/static/"
+
+# The tasks benchmark compares the Tasks backend with django-tasks-db (its db_worker),
+# which `make bench` installs into the bench environment only.
+TASKS: dict[str, dict[str, object]] = {
+    "default": {"BACKEND": "django_sqlqueue.tasks.QueueBackend", "QUEUES": ["bench"]},
+}
+if importlib.util.find_spec("django_tasks_db") is not None:
+    INSTALLED_APPS.append("django_tasks_db")
+    TASKS["db"] = {"BACKEND": "django_tasks_db.DatabaseBackend", "QUEUES": ["bench"]}
 
 
 def bench_database() -> dict[str, object]:

@@ -99,6 +99,8 @@ class Context:
     fleet_sizes: tuple[int, ...] = (8, 16, 32)
     admin_messages: int = 1_000_000
     admin_dead_letters: int = 100_000
+    task_count: int = 5_000  # tasks enqueued and drained on django-sqlqueue's backend
+    baseline_task_count: int = 1_000  # ... and on django-tasks-db's
     workers: list[subprocess.Popen[bytes]] = field(default_factory=list)
     log: Callable[[str], None] = print
 

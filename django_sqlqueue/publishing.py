@@ -159,6 +159,21 @@ def publish(
     return StoredMessage.from_row(stored[(row.topic, row.key, row.id)])
 
 
+def publish_new(
+    topic: str, payload: Any, *, id: str, delay: float | None = None,  # noqa: A002
+    using: str | None = None,
+) -> StoredMessage:
+    """publish() of a keyless message under an ``id`` the caller just made up (a new UUID),
+    which therefore cannot be in the log yet: the duplicate check is skipped. The Tasks
+    backend uses it, since the task's id is in its payload too."""
+    validate_topic(topic)
+    row = _build_row(topic, payload, "", id, None, delay, get_settings().max_payload_bytes)
+    row = row._replace(id_given=False)
+    alias = using or router.db_for_write(QueueMessage)
+    stored = QueueMessage.objects.insert_rows([row], using=alias)
+    return StoredMessage.from_row(stored[(row.topic, row.key, row.id)])
+
+
 def publish_many(
     topic: str, messages: Iterable[Mapping[str, Any]], *, using: str | None = None
 ) -> list[StoredMessage]:

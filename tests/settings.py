@@ -64,6 +64,25 @@ TEMPLATES = [
     },
 ]
 
+# Django 5.2 has no django.tasks: the django-tasks backport stands in for it when installed.
+try:
+    import django.tasks  # noqa: F401
+except ImportError:
+    import importlib.util
+
+    if importlib.util.find_spec("django_tasks") is not None:
+        INSTALLED_APPS.append("django_tasks")
+
+# The Tasks backend under test (tests/testapp/tasks.py). Worker tests that must not run
+# these queues name their --group and --topic.
+TASKS = {
+    "default": {
+        "BACKEND": "django_sqlqueue.tasks.QueueBackend",
+        "QUEUES": ["default", "emails", "ordered"],
+        "OPTIONS": {"MAX_ATTEMPTS": 2},
+    },
+}
+
 ROOT_URLCONF = "tests.urls"
 # No django.contrib.staticfiles: the admin pages must work without it. A URL for static
 # files is still set, as a site serving them from its web server would (the live server of

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from importlib import import_module
 
 import pytest
+from django.apps import apps
 from django.db import IntegrityError, connection, transaction
 from django.db.migrations.executor import MigrationExecutor
 from django.db.migrations.recorder import MigrationRecorder
@@ -37,11 +38,11 @@ pytestmark = pytest.mark.django_db(transaction=True)
 
 APP = "django_sqlqueue"
 OLD = (APP, "0002_binary_collation")
-TABLES = (
-    "queue_messages", "queue_delivery_state", "queue_partition_leases", "queue_offsets",
-    "queue_subscriber_heartbeats", "queue_sequencer", "queue_topics", "queue_group_controls",
-    "queue_throughput",
-)
+# Every table the app's migrations create, dropped before rebuilding from an old schema.
+TABLES = tuple(sorted({
+    model._meta.db_table for model in apps.get_app_config(APP).get_models()
+    if model._meta.managed and not model._meta.proxy
+}))
 
 # Partitions per topic under tests/settings.py: PARTITIONS=4, orders=12, slow=1.
 COUNTS = {"orders": 12, "slow": 1, "events": 4, "orders_dlq": 4, "idle": 4}

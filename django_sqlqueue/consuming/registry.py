@@ -9,7 +9,7 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from importlib import import_module
-from typing import TYPE_CHECKING, TypeVar
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from django.apps import apps
 from django.utils.module_loading import module_has_submodule
@@ -21,12 +21,21 @@ from ..publishing import validate_topic
 from .backoff import Backoff, ExponentialBackoff
 
 if TYPE_CHECKING:
+    from ..worker.outcomes import Outcome
     from .message import Message
 
 Handler = Callable[["Message"], object]
 H = TypeVar("H", bound=Handler)
 _GROUP_RE = re.compile(r"[A-Za-z0-9._-]+")  # the whole name: use fullmatch
 logger = logging.getLogger("django_sqlqueue.worker")
+
+
+class SubscriptionHooks(Protocol):
+    def handed_out(self, messages: list[Message], using: str) -> None:
+        """``messages`` are being delivered (their handlers start after the commit)."""
+
+    def recorded(self, outcomes: list[Outcome], using: str) -> None:
+        """The handlers' ``outcomes`` (acks, retries, dead letters) are being recorded."""
 
 
 @dataclass(frozen=True)
@@ -41,6 +50,13 @@ class Subscription:
     batch_size: int
     backoff: Backoff
     auto_extend: bool
+    # The priority of a message, from its payload: the worker starts the highest-priority
+    # due message among the partitions it holds, reading ahead of its free capacity to
+    # find it. None: every message has priority 0 and is handed out in log order.
+    priority_of: Callable[[Any], int] | None = None
+    # Called by the worker inside its poll transaction, so what they write commits with
+    # the deliveries and outcomes (the Tasks backend keeps its results this way).
+    hooks: SubscriptionHooks | None = None
 
     @property
     def strict(self) -> bool:

@@ -32,6 +32,13 @@ def now_ms_sql(connection: BaseDatabaseWrapper) -> str:
     raise NotImplementedError(f"django-sqlqueue does not support the {connection.vendor!r} backend")
 
 
+def database_now_ms(connection: BaseDatabaseWrapper) -> int:
+    """The database server's current time in epoch milliseconds (one query)."""
+    with connection.cursor() as cursor:
+        cursor.execute(f"SELECT {now_ms_sql(connection)}")
+        return int(cursor.fetchone()[0])
+
+
 def supports_returning(connection: BaseDatabaseWrapper) -> bool:
     """INSERT … RETURNING: PostgreSQL, SQLite >= 3.35 and MariaDB >= 10.5 (not Oracle MySQL)."""
     if connection.vendor == "mysql":

@@ -8,6 +8,7 @@ from .messages import QueueMessage
 from .offsets import ConsumerOffset
 from .operated import DeadLetter, Overview, Partition, Subscriber
 from .sequencer import LogSequencer
+from .task_results import TaskResultRecord
 from .throughput import Throughput
 from .topics import Topic
 
@@ -23,6 +24,7 @@ __all__ = [
     "QueueMessage",
     "Subscriber",
     "SubscriberHeartbeat",
+    "TaskResultRecord",
     "Throughput",
     "Topic",
 ]

@@ -291,6 +291,23 @@ class QueueMessageManager(models.Manager["QueueMessage"]):
                 result[row.offset] = row
         return result
 
+    def waiting_task(self, topics: Sequence[str], message_id: str, using: str | None = None
+                     ) -> MessageRow | None:
+        """The keyless message ``message_id`` of one of ``topics`` (a task no worker has
+        started; ``get_result`` reads it), found through the idempotency index."""
+        if not topics:
+            return None
+        connection = connections[using or self.db]
+        q = sqlb.quoter(connection)
+        rows = sqlb.fetch_all(
+            connection,
+            f"SELECT {select_columns(connection)} FROM {q('queue_messages')} "  # noqa: S608 - names quoted, values bound
+            f"WHERE {q('topic')} IN ({sqlb.placeholders(len(topics))}) "
+            f"AND {q('message_key')} = '' AND {q('id')} = %s",
+            [*topics, message_id],
+        )
+        return message_row(rows[0]) if rows else None
+
     def offsets_between(self, topic: str, ranges: dict[str, tuple[int, int]],
                         using: str) -> list[tuple[str, int]]:
         """(partition, offset) of the messages positioned in (low, high] of each partition's

@@ -27,13 +27,14 @@ from ..consuming.message import DeadLetterInfo, Message
 from ..db.errors import is_transient
 from ..logtext import loggable
 from ..models import ConsumerOffset, DeliveryState, PartitionLease, QueueMessage, Throughput
-from ..models.delivery import DeliveryRow, Hold, MessageRef, ReadRow
+from ..models.delivery import Hold, MessageRef, ReadRow
 from ..models.messages import DeadLetterSource
 from ..models.offsets import Progress
 from ..models.throughput import MINUTE_MS
-from ..replays import replay_target
+from . import hooks
 from .outcomes import Outcome
 from .partitions import Entry, Ident, Partition
+from .priority import deliver_by_priority
 
 logger = logging.getLogger("django_sqlqueue.worker")
 
@@ -41,8 +42,6 @@ Subscriber = tuple[str, str]  # (consumer group, topic)
 # Cycles in which recording one outcome may fail before it is dropped (and its message
 # redelivered once its visibility runs out).
 OUTCOME_ATTEMPTS = 3
-# How a group's worker admits a replay meant for another group: as if it were acked.
-_NOT_MINE = DeliveryRow(True, 0, 0, "")
 
 
 @dataclass
@@ -207,6 +206,8 @@ class PollCycle:
                     partition.topic, partition.number, entry.offset,
                 )
         ledger.flush()
+        hooks.call(result.reports.values(), lambda report: report.recorded,
+                   lambda hooks_, outcomes: hooks_.recorded(outcomes, self.using))
 
     def _record_one(self, outcome: Outcome, ledger: _Ledger, entry: Entry,
                     partition: Partition) -> bool:
@@ -266,6 +267,13 @@ class PollCycle:
             return  # a handler finishing wakes the worker, and frees capacity
         share = {p.ident: max(1, free // len(wanting)) for p in wanting}
         writes = _Writes()
+        prioritised = [p for p in wanting if p.subscription.priority_of is not None]
+        for members in _by_subscription(prioritised).values():
+            # The subscription's partitions pool their shares: the best message of any of
+            # them goes first.
+            deliver_by_priority(self, members, sum(share[p.ident] for p in members), now_ms,
+                                writes, result, lambda p: _spend(share, p))
+        wanting = [p for p in wanting if p.subscription.priority_of is None]
         ready: list[tuple[Partition, Entry]] = []
         for partition in wanting:
             limit = share[partition.ident]
@@ -287,11 +295,13 @@ class PollCycle:
             )
             self._admit(members, rows, limits, share, writes, result)
         self._write_deliveries(writes, result)
+        hooks.call(result.reports.values(), lambda report: [d.message for d in report.deliveries],
+                   lambda hooks_, messages: hooks_.handed_out(messages, self.using))
         self._describe_dead_letters(result)
         # Poll again at once only while capacity is left for partitions that used up
         # their share: with none left, the next handler to finish wakes the worker.
         if free - len(result.deliveries) > 0:
-            for partition in wanting:
+            for partition in [*prioritised, *wanting]:
                 if share[partition.ident] <= 0 and partition.wants_look(now_ms):
                     result.report(partition).more = True
 
@@ -309,16 +319,23 @@ class PollCycle:
             message = Message.from_row(row, subscription.group, entry.attempts + 1,
                                        partition.number)
             if entry.attempts >= subscription.max_attempts:
-                error = entry.last_error or (
-                    f"visibility timeout expired {subscription.max_attempts} time(s) "
-                    "without an ack or nack"
-                )
-                message.attempt = entry.attempts  # the last attempt that actually ran
-                self.dead_letter(partition, message, error)
-                partition.settled(entry)
-                result.report(partition).dead_on_fetch.append(DeadOnFetch(partition, message, error))
+                self.expire(partition, entry, message, result)
                 continue
             self._hand_out(partition, entry, message, writes, result)
+
+    def expire(self, partition: Partition, entry: Entry, message: Message,
+               result: CycleResult) -> None:
+        """Dead-letter a message whose attempts ran out without an outcome (its workers
+        kept dying, or kept losing it to the visibility timeout)."""
+        subscription = partition.subscription
+        error = entry.last_error or (
+            f"visibility timeout expired {subscription.max_attempts} time(s) "
+            "without an ack or nack"
+        )
+        message.attempt = entry.attempts  # the last attempt that actually ran
+        self.dead_letter(partition, message, error)
+        partition.settled(entry)
+        result.report(partition).dead_on_fetch.append(DeadOnFetch(partition, message, error))
 
     def _admit(self, members: list[Partition], rows: list[ReadRow], limits: dict[str, int],
                share: dict[Ident, int], writes: _Writes, result: CycleResult) -> None:
@@ -328,10 +345,6 @@ class PollCycle:
         for row in rows:
             partition = by_number[row.partition]
             counts[row.partition] += 1
-            target = replay_target(row.message.metadata)
-            if target is not None and target != partition.group:
-                # A replayed dead letter of another group: passed over, never run here.
-                row = row._replace(delivery=_NOT_MINE)
             may_deliver = share[partition.ident] > 0 and (
                 partition.subscription.auto_extend or self._unextended_left > 0)
             admitted = partition.admit(row, now_ms, may_deliver=may_deliver)
@@ -434,6 +447,10 @@ def _dead_letter_source(message: Message) -> DeadLetterSource:
         json.dumps(message.headers, separators=(",", ":")),
         round(message.published_at.timestamp() * 1000),
     )
+
+
+def _spend(share: dict[Ident, int], partition: Partition) -> None:
+    share[partition.ident] -= 1
 
 
 def _by_subscription(partitions: Iterable[Partition]) -> dict[Subscriber, list[Partition]]:

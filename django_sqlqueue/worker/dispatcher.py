@@ -1,7 +1,15 @@
-"""Runs handlers on a thread pool and turns what they do into outcomes."""
+"""Runs handlers on a thread pool and turns what they do into outcomes.
+
+Handed-out messages wait for a free thread in a priority queue, not in submission order:
+a message of a higher priority (a task's ``priority``; 0 for subscriptions) starts before
+every lower one this worker has fetched, whichever partition it came from. Equal
+priorities start in the order they were handed out.
+"""
 
 from __future__ import annotations
 
+import heapq
+import itertools
 import logging
 import queue
 import threading
@@ -38,6 +46,10 @@ class Dispatcher:
         # When each running handler started (time.monotonic()), for MAX_HANDLER_TIME.
         self._started: dict[tuple[Ident, int], float] = {}
         self._overdue_logged: set[tuple[Ident, int]] = set()
+        # Messages waiting for a thread: (-priority, hand-out order, partition, generation,
+        # message). Each submit() queues one and submits one pool job that runs the best.
+        self._waiting: list[tuple[int, int, Partition, int, Message]] = []
+        self._order = itertools.count()
 
     @property
     def busy(self) -> int:
@@ -87,22 +99,37 @@ class Dispatcher:
         ref = (partition.ident, message.offset)
         with self._lock:
             self._running_refs[ref] = self._running_refs.get(ref, 0) + 1
-        future = self._pool.submit(self._run, partition, generation, message)
+            priority = _priority(partition, message)
+            heapq.heappush(self._waiting, (-priority, next(self._order), partition, generation,
+                                           message))
+        future = self._pool.submit(self._run_best)
         with self._lock:
             self._running[future] = ref
         future.add_done_callback(self._done)
 
+    def _run_best(self) -> None:
+        """A pool job: run the highest-priority waiting message (not necessarily the one
+        whose submit() queued this job; the counts match, so every message runs once)."""
+        with self._lock:
+            _, _, partition, generation, message = heapq.heappop(self._waiting)
+        try:
+            self._run(partition, generation, message)
+        finally:
+            self._finished((partition.ident, message.offset))
+
+    def _finished(self, ref: tuple[Ident, int]) -> None:
+        with self._lock:
+            left = self._running_refs.get(ref, 1) - 1
+            if left > 0:
+                self._running_refs[ref] = left
+            else:
+                self._running_refs.pop(ref, None)
+                self._started.pop(ref, None)
+                self._overdue_logged.discard(ref)
+
     def _done(self, future: Future[None]) -> None:
         with self._lock:
-            ref = self._running.pop(future, None)
-            if ref is not None:
-                left = self._running_refs.get(ref, 1) - 1
-                if left > 0:
-                    self._running_refs[ref] = left
-                else:
-                    self._running_refs.pop(ref, None)
-                    self._started.pop(ref, None)
-                    self._overdue_logged.discard(ref)
+            self._running.pop(future, None)
         self._wake.set()
 
     def shutdown(self, wait: bool) -> None:
@@ -158,3 +185,13 @@ class Dispatcher:
                 message.offset, message.attempt, loggable(error),
             )
             self.outcomes.put(Retried(partition, generation, message, error=error, delay=delay))
+
+
+def _priority(partition: Partition, message: Message) -> int:
+    priority_of = partition.subscription.priority_of
+    if priority_of is None:
+        return 0
+    try:
+        return int(priority_of(message.payload))
+    except Exception:  # noqa: BLE001 - a message that names no usable priority runs at 0
+        return 0

@@ -23,10 +23,13 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Literal
 
 from ..models.delivery import NEVER_DELIVERED, DeliveryRow, MessageRef, ReadRow
+from ..replays import replay_target
+from ..rows import decode_json
 
 if TYPE_CHECKING:
     from ..consuming.message import Message
     from ..consuming.registry import Subscription
+    from ..models.messages import MessageRow
 
 # Unacked messages a partition keeps in its window (in flight, retrying, delayed, or
 # waiting behind their key). When it is full the partition reads no further until some
@@ -48,6 +51,7 @@ class Entry:
     state: State
     due_ms: int  # waiting: deliverable from; in flight: invisible until (epoch ms, DB clock)
     last_error: str = ""
+    priority: int = 0  # a task's priority; 0 for messages of @subscriber handlers
 
 
 @dataclass
@@ -86,6 +90,10 @@ class Partition:
     # settled ones are dropped lazily from the front. The watermark is found from the
     # front, not by scanning a window of up to MAX_WINDOW entries every cycle.
     _order: deque[int] = field(default_factory=deque)
+    # Prioritised subscriptions (task queues) only: due entries by (-priority, position,
+    # offset), moved here from _timers as they come due. Stale items (delivered, settled
+    # or rescheduled since) are skipped when they reach the top.
+    _ready: list[tuple[int, int, int]] = field(default_factory=list)
     # Stop fetching, release once in-flight work is done (rebalancing or shutdown).
     draining: bool = False
     # Watermark or cursor moved since they were saved.
@@ -162,7 +170,8 @@ class Partition:
         if not self.loaded:
             return True
         due = self.next_due()
-        return (due is not None and due <= now_ms) or (self.unread() and self.window_space() > 0)
+        return ((due is not None and due <= now_ms) or self.best_ready(now_ms) is not None
+                or (self.unread() and self.window_space() > 0))
 
     # ----------------------------------------------------------------- transitions
 
@@ -174,6 +183,7 @@ class Partition:
         self.key_queues.clear()
         self._timers.clear()
         self._in_flight.clear()
+        self._ready.clear()
         self._moved = True  # (watermark, cursor] may be all acked: the next advance looks
         self.head = None
         self.loaded = False
@@ -204,10 +214,14 @@ class Partition:
         self._moved = True
         if delivery is not None and delivery.acked:
             return Admitted(None)
+        target = replay_target(message.metadata)
+        if target is not None and target != self.group:
+            # A replayed dead letter of another group: passed over as if acked, never run.
+            return Admitted(None)
         entry = Entry(
             message.offset, position, message.key, _attempts(delivery), "waiting",
             message.deliver_at if delivery is None else delivery.invisible_until,
-            "" if delivery is None else delivery.last_error,
+            "" if delivery is None else delivery.last_error, self._priority_of(message),
         )
         self.entries[entry.offset] = entry
         self._order.append(entry.offset)
@@ -234,6 +248,44 @@ class Partition:
             _, offset = heapq.heappop(self._timers)
             ready.append(self.entries[offset])
         return ready
+
+    def best_ready(self, now_ms: int) -> Entry | None:
+        """Prioritised subscriptions: the highest-priority entry due now (the oldest of
+        equal ones), left in place; None when none is due."""
+        if self.subscription.priority_of is None:
+            return None
+        self._promote(now_ms)
+        ready = self._ready
+        while ready:
+            _, _, offset = ready[0]
+            entry = self.entries.get(offset)
+            if entry is not None and entry.state != "blocked" and entry.due_ms <= now_ms:
+                return entry
+            heapq.heappop(ready)  # stale
+        return None
+
+    def pop_best(self) -> None:
+        """Remove the entry best_ready() returned, which the caller is delivering."""
+        heapq.heappop(self._ready)
+
+    def _promote(self, now_ms: int) -> None:
+        """Move entries that came due from the timers to the priority heap."""
+        while True:
+            due = self.next_due()
+            if due is None or due > now_ms:
+                return
+            _, offset = heapq.heappop(self._timers)
+            entry = self.entries[offset]
+            heapq.heappush(self._ready, (-entry.priority, entry.position, offset))
+
+    def _priority_of(self, message: MessageRow) -> int:
+        priority_of = self.subscription.priority_of
+        if priority_of is None:
+            return 0
+        try:
+            return int(priority_of(decode_json(message.payload)))
+        except Exception:  # noqa: BLE001 - a payload that names no usable priority runs at 0
+            return 0
 
     def delivered(self, entry: Entry, invisible_until: int) -> None:
         entry.attempts += 1

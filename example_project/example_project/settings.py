@@ -111,6 +111,16 @@ SQLQUEUE = {
     "TOPICS": {"orders": {"PARTITIONS": 8}},  # per-topic overrides
 }
 
+# Django's Tasks framework on the queue: `manage.py runqueueworker` runs these task queues
+# too (see docs/tasks.md and shop/tasks.py).
+TASKS = {
+    "default": {
+        "BACKEND": "django_sqlqueue.tasks.QueueBackend",
+        "QUEUES": ["default"],
+        "OPTIONS": {"MAX_ATTEMPTS": 3},
+    },
+}
+
 # --------------------------------------------------------------------------- the rest
 
 LANGUAGE_CODE = "en-us"

@@ -1,4 +1,5 @@
-"""``manage.py runqueueworker``: consume the subscriptions declared in apps' queues.py."""
+"""``manage.py runqueueworker``: consume the subscriptions declared in apps' queues.py, and
+run the task queues of ``TASKS`` backends that are ``django_sqlqueue.tasks.QueueBackend``."""
 
 from __future__ import annotations
 
@@ -11,14 +12,14 @@ from typing import Any, NoReturn
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db import connections
 
-from django_sqlqueue.consuming.registry import autodiscover, subscriptions
+from django_sqlqueue.consuming.registry import Subscription, autodiscover, subscriptions
 from django_sqlqueue.exceptions import ConfigurationError
 from django_sqlqueue.metrics import MISSING as METRICS_MISSING
 from django_sqlqueue.metrics import available as metrics_available
 from django_sqlqueue.metrics.worker import WorkerMetrics
 from django_sqlqueue.models.fields import SUBSCRIBER_NAME_LENGTH
 from django_sqlqueue.worker.faults import wait_for_database
-from django_sqlqueue.worker.process import EXIT_HANDLERS_ABANDONED, Worker
+from django_sqlqueue.worker.process import EXIT_HANDLERS_ABANDONED, Worker, default_worker_name
 
 USAGE_ERROR = 2  # exit status for bad options, as argparse uses
 # Handler threads per worker. Each may hold a database connection of its own, and this is
@@ -28,7 +29,8 @@ MAX_CONCURRENCY = 1000
 
 
 class Command(BaseCommand):
-    help = "Run a queue worker for the @subscriber handlers in your apps' queues.py modules."
+    help = ("Run a queue worker for the @subscriber handlers in your apps' queues.py modules "
+            "and the task queues of django_sqlqueue's Tasks backend.")
 
     def create_parser(self, prog_name: str, subcommand: str, **kwargs: Any) -> CommandParser:
         """Bad arguments end the command with one readable line, not a usage screen."""
@@ -48,6 +50,10 @@ class Command(BaseCommand):
                             help="Only run this consumer group (repeatable).")
         parser.add_argument("--topic", action="append", default=[], metavar="TOPIC",
                             help="Only run subscriptions to this topic (repeatable).")
+        parser.add_argument("--queue", action="append", default=[], metavar="QUEUE",
+                            help="Run this task queue of a django_sqlqueue Tasks backend "
+                                 "(repeatable). With no --queue, --group or --topic, a worker "
+                                 "runs every subscription and every task queue.")
         parser.add_argument("--name", default=None,
                             help="Subscriber name, unique per worker (default: host:pid).")
         # A string, checked in handle(), so a bad value gets the same one-line error from
@@ -77,42 +83,12 @@ class Command(BaseCommand):
 
     def handle(self, *args: Any, **options: Any) -> None:
         concurrency = _check_options(options)
-        try:
-            autodiscover()
-        except ConfigurationError as exc:
-            raise CommandError(str(exc)) from exc
-        selected = subscriptions()
-        if not selected:
-            raise CommandError(
-                "no @subscriber handlers found; declare them in a queues.py module of an "
-                "installed app"
-            )
-        groups, topics = set(options["group"]), set(options["topic"])
-        unknown_groups = groups - {s.group for s in selected}
-        # repr(): a name given on the command line may hold a line break or an undecodable
-        # byte, and the error stays one printable line.
-        if unknown_groups:
-            raise CommandError(
-                f"unknown group(s): {', '.join(sorted(map(repr, unknown_groups)))}; known: "
-                f"{', '.join(sorted({s.group for s in selected}))}", returncode=USAGE_ERROR,
-            )
-        unknown_topics = topics - {s.topic for s in selected}
-        if unknown_topics:
-            raise CommandError(
-                f"unknown topic(s): {', '.join(sorted(map(repr, unknown_topics)))}; known: "
-                f"{', '.join(sorted({s.topic for s in selected}))}", returncode=USAGE_ERROR,
-            )
-        selected = [
-            s for s in selected
-            if (not groups or s.group in groups) and (not topics or s.topic in topics)
-        ]
-        if not selected:
-            raise CommandError("no subscription matches both --group and --topic",
-                               returncode=USAGE_ERROR)
+        name = options["name"] or default_worker_name()
+        selected = _select(options, name)
         _configure_logging(int(options["verbosity"]))
         metrics = _start_metrics(options["metrics_port"])
         worker = Worker(
-            selected, name=options["name"], concurrency=concurrency,
+            selected, name=name, concurrency=concurrency,
             burst=options["burst"], using=options["database"], metrics=metrics,
         )
         if metrics is not None:
@@ -133,6 +109,76 @@ class Command(BaseCommand):
         if code:
             raise CommandError(worker.exit_reason or f"worker exited with status {code}",
                                returncode=code)
+
+
+def _select(options: dict[str, Any], worker_name: str) -> list[Subscription]:
+    """The subscriptions the options ask for: task queues named by --queue, plus the
+    @subscriber handlers (and task queues, group "tasks") --group and --topic pick; with
+    none of the three, all of them."""
+    try:
+        autodiscover()
+        queues = _task_queues()
+    except ConfigurationError as exc:
+        raise CommandError(str(exc)) from exc
+    wanted_queues = set(options["queue"])
+    unknown_queues = wanted_queues - set(queues)
+    if unknown_queues:
+        known = ", ".join(sorted(queues)) or "none (no django_sqlqueue.tasks.QueueBackend in TASKS)"
+        raise CommandError(
+            f"unknown task queue(s): {', '.join(sorted(map(repr, unknown_queues)))}; known: "
+            f"{known}", returncode=USAGE_ERROR,
+        )
+    available = subscriptions()
+    if queues:
+        from django_sqlqueue.tasks.queues import task_subscriptions
+
+        available += task_subscriptions(queues, worker_name)
+    if not available:
+        raise CommandError(
+            "no @subscriber handlers found; declare them in a queues.py module of an "
+            "installed app (or configure a django_sqlqueue.tasks.QueueBackend in TASKS)"
+        )
+    groups, topics = set(options["group"]), set(options["topic"])
+    # repr(): a name given on the command line may hold a line break or an undecodable
+    # byte, and the error stays one printable line.
+    unknown_groups = groups - {s.group for s in available}
+    if unknown_groups:
+        raise CommandError(
+            f"unknown group(s): {', '.join(sorted(map(repr, unknown_groups)))}; known: "
+            f"{', '.join(sorted({s.group for s in available}))}", returncode=USAGE_ERROR,
+        )
+    unknown_topics = topics - {s.topic for s in available}
+    if unknown_topics:
+        raise CommandError(
+            f"unknown topic(s): {', '.join(sorted(map(repr, unknown_topics)))}; known: "
+            f"{', '.join(sorted({s.topic for s in available}))}", returncode=USAGE_ERROR,
+        )
+    if not (groups or topics or wanted_queues):
+        return available
+    from django_sqlqueue.tasks.options import topic_for
+
+    queue_topics = {topic_for(q) for q in wanted_queues}
+    selected = [
+        s for s in available
+        if s.topic in queue_topics
+        or ((groups or topics) and (not groups or s.group in groups)
+            and (not topics or s.topic in topics))
+    ]
+    if not selected:
+        raise CommandError("no subscription matches both --group and --topic",
+                           returncode=USAGE_ERROR)
+    return selected
+
+
+def _task_queues() -> dict[str, str]:
+    """Queue name → backend alias of every configured django_sqlqueue task queue; none
+    when the Tasks framework is not installed (Django 5.2 without django-tasks)."""
+    from django_sqlqueue.tasks.queues import configured_queues
+
+    try:
+        return configured_queues()
+    except ImportError:
+        return {}
 
 
 def _check_options(options: dict[str, Any]) -> int:

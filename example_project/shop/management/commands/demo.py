@@ -233,8 +233,30 @@ def show_the_dead_letter(run: Run) -> None:
             f"it: {others.count()} (billing's only); the original stays in {TOPIC!r} for GC")
 
 
+def run_a_task(run: Run) -> None:
+    run.heading("10. A Django task, enqueued with an order and run by the same workers")
+    from shop.tasks import send_receipt
+
+    if send_receipt is None:
+        run.say("skipped: this Django has no Tasks framework (Django 5.2 needs django-tasks)")
+        return
+    with transaction.atomic():
+        order = place_order("oscar", Decimal("12.00"))
+        result = send_receipt.enqueue(order.pk)
+    run.say(f"order #{order.pk} and task {result.id} committed together; status {result.status}")
+    deadline = time.monotonic() + CONSUME_TIMEOUT
+    while not result.is_finished:
+        if time.monotonic() > deadline:
+            raise CommandError(f"the task did not finish within {CONSUME_TIMEOUT:.0f} s; see "
+                               f"the logs in {run.worker_logs}")
+        _check_workers_alive(run)
+        time.sleep(0.1)
+        result.refresh()
+    run.say(f"{result.status} on {', '.join(result.worker_ids)}: {result.return_value!r}")
+
+
 def stop_the_workers(run: Run) -> None:
-    run.heading("10. SIGTERM: the workers finish in-flight messages, release leases and exit")
+    run.heading("11. SIGTERM: the workers finish in-flight messages, release leases and exit")
     for process in run.workers.values():
         process.send_signal(signal.SIGTERM)
     codes = {name: process.wait(timeout=60) for name, process in run.workers.items()}
@@ -257,6 +279,7 @@ STEPS: Sequence[Callable[[Run], None]] = (
     show_the_log,
     start_two_workers,
     show_the_dead_letter,
+    run_a_task,
     stop_the_workers,
 )
 

@@ -1,0 +1,178 @@
+"""``QueueBackend``: Django's Tasks framework on top of the queue.
+
+``enqueue`` writes the task's result row and publishes its message in one transaction on
+the caller's connection: inside ``transaction.atomic`` the task exists only if the block
+commits. ``runqueueworker`` runs the task queues (see :mod:`django_sqlqueue.tasks.runner`).
+"""
+
+from __future__ import annotations
+
+import re
+import uuid
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from django.core.checks import CheckMessage, Error
+from django.db import connections, router, transaction
+
+from ..consuming.backoff import Backoff
+from ..db import vendor
+from ..exceptions import InvalidMessage
+from ..models import QueueMessage, TaskResultRecord
+from ..models.fields import MAX_TOPIC_LENGTH
+from ..models.task_results import QUEUE_NAME_LENGTH, TASK_PATH_LENGTH
+from ..publishing import publish_new
+from ..rows import decode_json, epoch_ms_to_datetime
+from .compat import (
+    BaseTaskBackend,
+    InvalidTask,
+    Task,
+    TaskResult,
+    TaskResultDoesNotExist,
+    TaskResultStatus,
+    normalize_json,
+    task_enqueued,
+)
+from .options import (
+    MAX_TASK_ATTEMPTS,
+    TOPIC_PREFIX,
+    TaskOptions,
+    option_errors,
+    topic_for,
+    valid_attempts,
+    valid_backoff,
+)
+from .results import load_task_path, to_task_result
+
+_QUEUE_RE = re.compile(r"[A-Za-z0-9._-]+")  # the whole name: use fullmatch
+_MAX_QUEUE = min(QUEUE_NAME_LENGTH, MAX_TOPIC_LENGTH - len(TOPIC_PREFIX))
+
+
+class InvalidTaskArguments(InvalidMessage, TypeError):
+    """A task's arguments cannot be stored as JSON; nothing was enqueued."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class QueueTask(Task):
+    """A Task with per-task retry settings: ``@task(max_attempts=3, backoff=...)`` on
+    Django 6.1, which passes extra ``@task`` arguments on to the backend's task class."""
+
+    max_attempts: int | None = None
+    backoff: Backoff | None = None
+
+
+class QueueBackend(BaseTaskBackend):
+    """Tasks as messages of the topic ``tasks.<queue>``, run by ``runqueueworker``."""
+
+    task_class = QueueTask
+    supports_defer = True
+    supports_priority = True
+    supports_get_result = True
+    supports_async_task = True
+
+    def __init__(self, alias: str, params: dict[str, Any]) -> None:
+        super().__init__(alias, params)
+        self.task_options = TaskOptions.from_dict(
+            self.options if isinstance(self.options, dict) else {})
+
+    # ----------------------------------------------------------------- Django's API
+
+    def validate_task(self, task: Any) -> None:
+        super().validate_task(task)
+        if not isinstance(task.queue_name, str) or not _QUEUE_RE.fullmatch(task.queue_name) \
+                or len(task.queue_name) > _MAX_QUEUE:
+            raise InvalidTask(f"queue_name must be 1-{_MAX_QUEUE} characters from "
+                              f"[A-Za-z0-9._-], got {task.queue_name!r}")
+        if len(task.module_path) > TASK_PATH_LENGTH:
+            raise InvalidTask(f"the task's module path is over {TASK_PATH_LENGTH} characters")
+        attempts = getattr(task, "max_attempts", None)
+        if attempts is not None and not valid_attempts(attempts):
+            raise InvalidTask(f"max_attempts must be an int from 1 to {MAX_TASK_ATTEMPTS}, "
+                              f"got {attempts!r}")
+        backoff = getattr(task, "backoff", None)
+        if backoff is not None and not valid_backoff(backoff):
+            raise InvalidTask(f"backoff must have a delay(attempt) method, got {backoff!r}")
+
+    def enqueue(self, task: Any, args: Any, kwargs: Any) -> Any:
+        self.validate_task(task)
+        try:
+            args, kwargs = normalize_json(list(args)), normalize_json(dict(kwargs))
+        except (TypeError, ValueError) as exc:
+            raise InvalidTaskArguments(
+                f"{task.module_path}: task arguments must be JSON-serializable "
+                f"(str, int, float, bool, None, lists and dicts of them): {exc}"
+            ) from exc
+        alias = router.db_for_write(QueueMessage)
+        result_id = uuid.uuid4().hex
+        run_after = task.run_after.isoformat() if task.run_after is not None else None
+        # The message is the task until a worker starts it: that worker writes its result
+        # row, in the transaction that hands the task out (see runner.py).
+        payload = {"id": result_id, "task": task.module_path, "backend": self.alias,
+                   "args": args, "kwargs": kwargs, "priority": task.priority,
+                   "run_after": run_after}
+        try:
+            stored = publish_new(topic_for(task.queue_name), payload, id=result_id,
+                             delay=_delay_until(task.run_after, alias), using=alias)
+        except InvalidMessage as exc:
+            raise InvalidTaskArguments(f"{task.module_path}: {exc}") from exc
+        result = _ready_result(task, result_id, args, kwargs, stored.published_at, self.alias)
+        # Sent once the task exists for the workers: never for a rolled-back enqueue.
+        transaction.on_commit(
+            lambda: task_enqueued.send(type(self), task_result=result), using=alias)
+        return result
+
+    def get_result(self, result_id: str) -> Any:
+        """The result row; for a task no worker has started yet, its message."""
+        result_id = str(result_id)
+        alias = router.db_for_read(TaskResultRecord)
+        row = TaskResultRecord.objects.using(alias).filter(id=result_id).first()
+        if row is not None:
+            return to_task_result(row)
+        message = QueueMessage.objects.waiting_task(
+            [topic_for(q) for q in sorted(self.queues)], result_id, alias)
+        if message is None:
+            raise TaskResultDoesNotExist(result_id)
+        payload = decode_json(message.payload)
+        task = load_task_path(payload["task"], result_id).using(
+            priority=payload.get("priority", 0), queue_name=message.topic.split(".", 1)[1],
+            backend=payload["backend"])
+        if payload.get("run_after"):
+            task = task.using(run_after=datetime.fromisoformat(payload["run_after"]))
+        return _ready_result(task, result_id, payload["args"], payload["kwargs"],
+                             epoch_ms_to_datetime(message.published_at), payload["backend"])
+
+    def check(self, **kwargs: Any) -> list[CheckMessage]:
+        errors: list[CheckMessage] = [
+            Error(message, hint="See 'Settings' in docs/tasks.md.", id=check_id,
+                  obj=f"TASKS[{self.alias!r}]")
+            for check_id, message in option_errors(self.options)
+        ]
+        bad = sorted(q for q in self.queues
+                     if not isinstance(q, str) or not _QUEUE_RE.fullmatch(q) or len(q) > _MAX_QUEUE)
+        if bad:
+            errors.append(Error(
+                f"QUEUES {', '.join(map(repr, bad))}: a queue name must be 1-{_MAX_QUEUE} "
+                "characters from [A-Za-z0-9._-] (it names the topic tasks.<queue>)",
+                hint="Rename the queue.", id="sqlqueue.E055", obj=f"TASKS[{self.alias!r}]"))
+        return errors
+
+
+def _ready_result(task: Any, result_id: str, args: Any, kwargs: Any, enqueued_at: datetime,
+                  backend: str) -> Any:
+    return TaskResult(
+        task=task, id=result_id, status=TaskResultStatus.READY, enqueued_at=enqueued_at,
+        started_at=None, finished_at=None, last_attempted_at=None, args=args, kwargs=kwargs,
+        backend=backend, errors=[], worker_ids=[],
+    )
+
+
+def _delay_until(run_after: datetime | None, alias: str) -> float:
+    """Seconds from the database's clock to ``run_after``: the queue judges due times by
+    the database clock, so a web server whose clock runs ahead cannot start a task early."""
+    if run_after is None:
+        return 0.0
+    return max(0.0, run_after.timestamp() - vendor.database_now_ms(connections[alias]) / 1000)
+
+
+__all__ = ["InvalidTaskArguments", "QueueBackend", "QueueTask", "TaskResult"]

@@ -1,0 +1,86 @@
+"""A task backend's ``OPTIONS``, with their defaults, and the names tasks travel under.
+
+A task queue ``Q`` is the topic ``tasks.Q``, consumed by the consumer group ``tasks``; a
+task that fails every attempt lands in ``tasks.Q`` + ``SQLQUEUE["DLQ_SUFFIX"]``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from ..conf import MAX_SECONDS, get_settings, is_seconds
+from ..consuming.backoff import Backoff, ExponentialBackoff
+
+TOPIC_PREFIX = "tasks."
+GROUP = "tasks"
+# The most attempts a task may ask for. The queue's subscription allows this many
+# deliveries and the task runner decides, per task, when to give up before that.
+MAX_TASK_ATTEMPTS = 1000
+DEFAULT_RESULT_RETENTION = 7 * 24 * 3600.0  # seconds finished results are kept
+# Default backoff: 1 s doubling to 5 minutes, with jitter.
+DEFAULT_BACKOFF = ExponentialBackoff(base=1.0, cap=300.0, jitter=True)
+KNOWN_OPTIONS = frozenset({"MAX_ATTEMPTS", "BACKOFF", "VISIBILITY_TIMEOUT", "RESULT_RETENTION"})
+
+
+def topic_for(queue_name: str) -> str:
+    return TOPIC_PREFIX + queue_name
+
+
+@dataclass(frozen=True)
+class TaskOptions:
+    max_attempts: int
+    backoff: Backoff
+    visibility_timeout: float
+    result_retention: float | None
+
+    @classmethod
+    def from_dict(cls, options: dict[str, Any]) -> TaskOptions:
+        """The options with defaults filled in; bad values are reported by ``check()``
+        (``sqlqueue.E050`` …) and replaced by defaults here so that checks can run."""
+        conf = get_settings()
+        attempts = options.get("MAX_ATTEMPTS", conf.max_attempts)
+        backoff = options.get("BACKOFF", DEFAULT_BACKOFF)
+        timeout = options.get("VISIBILITY_TIMEOUT", conf.visibility_timeout)
+        retention = options.get("RESULT_RETENTION", DEFAULT_RESULT_RETENTION)
+        return cls(
+            max_attempts=attempts if valid_attempts(attempts) else conf.max_attempts,
+            backoff=backoff if valid_backoff(backoff) else DEFAULT_BACKOFF,
+            visibility_timeout=float(timeout) if is_seconds(timeout) else conf.visibility_timeout,
+            result_retention=(float(retention) if is_seconds(retention) else
+                              None if retention is None else DEFAULT_RESULT_RETENTION),
+        )
+
+
+def valid_attempts(value: Any) -> bool:
+    return (isinstance(value, int) and not isinstance(value, bool)
+            and 1 <= value <= MAX_TASK_ATTEMPTS)
+
+
+def valid_backoff(value: Any) -> bool:
+    return callable(getattr(value, "delay", None))
+
+
+def option_errors(options: Any) -> list[tuple[str, str]]:
+    """(check id, message) for each bad value in a backend's ``OPTIONS``."""
+    if not isinstance(options, dict):
+        return [("sqlqueue.E050", f"OPTIONS must be a dict, got {type(options).__name__}")]
+    errors: list[tuple[str, str]] = []
+    unknown = set(options) - KNOWN_OPTIONS
+    if unknown:
+        errors.append(("sqlqueue.E050", f"unknown OPTIONS {', '.join(sorted(map(repr, unknown)))}; "
+                       f"known: {', '.join(sorted(KNOWN_OPTIONS))}"))
+    if "MAX_ATTEMPTS" in options and not valid_attempts(options["MAX_ATTEMPTS"]):
+        errors.append(("sqlqueue.E051", f"OPTIONS['MAX_ATTEMPTS'] must be an int from 1 to "
+                       f"{MAX_TASK_ATTEMPTS}, got {options['MAX_ATTEMPTS']!r}"))
+    if "BACKOFF" in options and not valid_backoff(options["BACKOFF"]):
+        errors.append(("sqlqueue.E052", "OPTIONS['BACKOFF'] must have a delay(attempt) method, "
+                       f"like django_sqlqueue.ExponentialBackoff, got {options['BACKOFF']!r}"))
+    if "VISIBILITY_TIMEOUT" in options and not is_seconds(options["VISIBILITY_TIMEOUT"]):
+        errors.append(("sqlqueue.E053", f"OPTIONS['VISIBILITY_TIMEOUT'] must be seconds > 0, at "
+                       f"most {MAX_SECONDS:.0f}, got {options['VISIBILITY_TIMEOUT']!r}"))
+    retention = options.get("RESULT_RETENTION", DEFAULT_RESULT_RETENTION)
+    if retention is not None and not is_seconds(retention):
+        errors.append(("sqlqueue.E054", f"OPTIONS['RESULT_RETENTION'] must be seconds > 0, at "
+                       f"most {MAX_SECONDS:.0f}, or None to keep results, got {retention!r}"))
+    return errors

@@ -1,0 +1,68 @@
+"""The task queues a worker runs: one subscription per queue of each ``QueueBackend``."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.utils.module_loading import import_string
+
+from ..conf import get_settings
+from ..consuming.registry import Subscription
+from ..exceptions import ConfigurationError
+from .options import GROUP, MAX_TASK_ATTEMPTS, topic_for
+
+
+def configured_queues() -> dict[str, str]:
+    """Every queue name of the ``QueueBackend`` entries of ``TASKS``, with its backend alias.
+
+    Raises ConfigurationError when two such backends share a queue name: they would share
+    its topic.
+    """
+    # ImportError without Django's Tasks framework (Django 5.2 without django-tasks).
+    from .backend import QueueBackend
+    from .compat import task_backends
+
+    queues: dict[str, str] = {}
+    for alias, params in (task_backends.settings or {}).items():
+        try:
+            backend_class = import_string(params["BACKEND"])
+        except (ImportError, KeyError):
+            continue  # Django's own check reports a backend it cannot import
+        if not (isinstance(backend_class, type) and issubclass(backend_class, QueueBackend)):
+            continue
+        for queue in sorted(task_backends[alias].queues):
+            other = queues.setdefault(queue, alias)
+            if other != alias:
+                raise ConfigurationError(
+                    f"task queue {queue!r} is in TASKS[{other!r}] and TASKS[{alias!r}]; each "
+                    "queue of a django_sqlqueue backend needs a name of its own")
+    return queues
+
+
+def task_subscriptions(queues: dict[str, str], worker_id: str) -> list[Subscription]:
+    """Subscriptions running ``queues`` (name → backend alias) in a worker named ``worker_id``."""
+    from .compat import task_backends
+    from .runner import TaskRunner
+
+    runner = TaskRunner(worker_id)
+    conf = get_settings()
+    subscriptions = []
+    for queue, alias in sorted(queues.items()):
+        backend: Any = task_backends[alias]
+        subscriptions.append(Subscription(
+            topic=topic_for(queue), group=GROUP, handler=runner,
+            # The runner decides when a task has had its attempts (each task may set its
+            # own); the subscription only stops a message whose workers keep dying.
+            max_attempts=MAX_TASK_ATTEMPTS,
+            visibility_timeout=backend.task_options.visibility_timeout,
+            # Tasks have no key and no order: concurrent mode, never strict.
+            batch_size=max(2, conf.batch_size),
+            backoff=backend.task_options.backoff, auto_extend=True, priority_of=_priority,
+            hooks=runner,
+        ))
+    return subscriptions
+
+
+def _priority(payload: Any) -> int:
+    priority = payload.get("priority", 0) if isinstance(payload, dict) else 0
+    return priority if isinstance(priority, int) and not isinstance(priority, bool) else 0

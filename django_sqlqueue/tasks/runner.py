@@ -1,0 +1,294 @@
+"""Running task messages: the handler of a task queue's subscription, and its hooks.
+
+The worker records a task's result inside its own poll transaction, so the result and
+the queue's state always agree:
+
+* as the cycle hands a task out, :meth:`TaskRunner.handed_out` marks its result RUNNING
+  and adds the worker's id (creating the row on the first attempt; a row still RUNNING
+  means the previous attempt's worker died, which is recorded as that attempt's error);
+* a handler thread runs the task (``__call__``) and keeps what happened for the cycle;
+* as the cycle records the outcome, :meth:`TaskRunner.recorded` stores it: SUCCESSFUL and
+  the return value, or the error and READY again (a retry follows after the backoff) or
+  FAILED (the message goes to the dead-letter topic in the same transaction).
+
+Signals are sent like Django's own backends send them: ``task_started`` as each attempt
+starts, ``task_finished`` once the task is SUCCESSFUL or FAILED and that is committed.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+import time
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from traceback import format_exception
+from typing import Any
+
+from django.db import router, transaction
+from django.utils import timezone
+from django.utils.module_loading import import_string
+
+from ..consuming.backoff import retry_delay
+from ..consuming.message import Message
+from ..exceptions import DeadLetter, Retry, SQLQueueError
+from ..logtext import loggable
+from ..models import TaskResultRecord
+from ..worker.outcomes import Outcome
+from .compat import (
+    Task,
+    TaskContext,
+    normalize_json,
+    task_backends,
+    task_finished,
+    task_started,
+)
+from .results import to_task_result
+
+logger = logging.getLogger("django_sqlqueue.tasks")
+
+PRUNE_INTERVAL = 60.0  # seconds between two prunings of old results by one worker
+Attempt = tuple[str, int, int]  # (topic, offset, attempt) of one delivery
+
+
+class WorkerLost(SQLQueueError):
+    """Recorded as the error of an attempt whose worker stopped before it finished."""
+
+
+@dataclass
+class _Ended:
+    """What one attempt did, kept by its handler thread for the poll cycle to record."""
+
+    row: TaskResultRecord  # the result as the attempt started
+    task: Any
+    value: Any = None
+    error: dict[str, str] | None = None
+    final: bool = False  # no attempt follows this failed one
+
+
+class TaskRunner:
+    """Runs the tasks of one worker process (shared by its handler threads)."""
+
+    def __init__(self, worker_id: str) -> None:
+        self.worker_id = worker_id
+        self._lock = threading.Lock()
+        self._started: dict[Attempt, TaskResultRecord | None] = {}  # None: already done
+        self._ended: dict[Attempt, _Ended] = {}
+        self._next_prune = 0.0
+
+    # ----------------------------------------------------------------- poll cycle hooks
+
+    def handed_out(self, messages: list[Message], using: str) -> None:
+        """Mark the results RUNNING as their messages are delivered, in the cycle's
+        transaction: one locking read and one insert for first attempts."""
+        messages = [m for m in messages if _task_id(m) is not None]  # others: see __call__
+        ids = sorted({_payload(m)["id"] for m in messages})
+        rows = TaskResultRecord.objects.using(using).select_for_update().in_bulk(ids)
+        now = timezone.now()
+        new: list[TaskResultRecord] = []
+        created: set[str] = set()
+        started: dict[Attempt, TaskResultRecord | None] = {}
+        for message in messages:
+            payload = _payload(message)
+            row = rows.get(payload["id"])
+            if row is not None and row.status == "SUCCESSFUL":
+                started[_key(message)] = None  # a replayed copy of a finished task
+                continue
+            if row is None:
+                row = rows[payload["id"]] = _new_row(payload, message)
+                new.append(row)
+                created.add(row.id)
+            elif row.status == "RUNNING":
+                lost = row.worker_ids[-1] if row.worker_ids else "?"
+                row.errors.append(_error(WorkerLost(
+                    f"worker {lost} stopped during attempt {len(row.worker_ids)} without "
+                    "recording an outcome; run again after the visibility timeout")))
+            row.worker_ids.append(self.worker_id)
+            row.status = "RUNNING"
+            row.started_at = row.started_at or now
+            row.last_attempted_at = now
+            row.finished_at = None
+            if row.id not in created:
+                row.save(update_fields=["worker_ids", "errors", "status", "started_at",
+                                        "last_attempted_at", "finished_at"], using=using)
+            started[_key(message)] = _copy(row)
+        TaskResultRecord.objects.using(using).bulk_create(new)
+        with self._lock:
+            self._started.update(started)
+
+    def recorded(self, outcomes: list[Outcome], using: str) -> None:
+        """Store the attempts' outcomes with the cycle that records them; send
+        task_finished once that commits."""
+        with self._lock:
+            ended = [(o, self._ended.pop(_key(o.message), None)) for o in outcomes]
+        now = timezone.now()
+        succeeded = [end for _, end in ended if end is not None and end.error is None]
+        failed = [end for _, end in ended if end is not None and end.error is not None]
+        finished: list[tuple[TaskResultRecord, Any]] = []
+        if succeeded:
+            records = TaskResultRecord.objects.using(using)
+            records.filter(id__in=[e.row.id for e in succeeded]).update(
+                status="SUCCESSFUL", finished_at=now)
+            returned = [replace_row(e.row, return_value=e.value) for e in succeeded
+                        if e.value is not None]
+            if returned:
+                records.bulk_update(returned, ["return_value"])
+            for end in succeeded:
+                finished.append((replace_row(end.row, status="SUCCESSFUL", finished_at=now,
+                                             return_value=end.value), end.task))
+        for end in failed:
+            row = TaskResultRecord.objects.using(using).select_for_update().get(id=end.row.id)
+            row.errors.append(end.error)
+            row.status = "FAILED" if end.final else "READY"
+            row.finished_at = now if end.final else None
+            row.save(update_fields=["errors", "status", "finished_at"], using=using)
+            if end.final:
+                finished.append((row, end.task))
+        if finished:
+            transaction.on_commit(lambda: self._announce(finished), using=using)
+
+    def _announce(self, finished: list[tuple[TaskResultRecord, Any]]) -> None:
+        for row, task in finished:
+            _send(task_finished, task_backends[row.backend], to_task_result(row, task))
+
+    # ----------------------------------------------------------------- handler
+
+    def __call__(self, message: Message) -> None:
+        key = _key(message)
+        _payload(message)  # a message that is no task goes to the dead letters
+        with self._lock:
+            if key not in self._started:
+                raise RuntimeError(f"task {_payload(message)['id']} was delivered without a "
+                                   "start record; it is retried")
+            row = self._started.pop(key)
+        if row is None:
+            return  # SUCCESSFUL already
+        backend: Any = task_backends[row.backend]
+        task = _import_task(row.task_path)
+        if task is None:
+            self._keep(key, _Ended(row, None, error=_error(ImportError(
+                f"{row.task_path} is not a task")), final=True))
+            raise DeadLetter(f"{row.task_path} cannot be imported as a task")
+        max_attempts = getattr(task, "max_attempts", None) or backend.task_options.max_attempts
+        backoff = getattr(task, "backoff", None) or backend.task_options.backoff
+        if (task.priority, task.queue_name, task.backend) != (row.priority, row.queue_name,
+                                                              row.backend):
+            task = task.using(priority=row.priority, queue_name=row.queue_name,
+                              backend=row.backend)
+        if message.attempt > max_attempts:  # its workers kept dying before an outcome
+            self._keep(key, _Ended(row, task, error=_error(WorkerLost(
+                f"no attempt left after {message.attempt - 1} deliveries")), final=True))
+            raise DeadLetter(f"{row.task_path}: no attempt left")
+        result = to_task_result(row, task)
+        _send(task_started, backend, result)
+        try:
+            if task.takes_context:
+                value = task.call(TaskContext(task_result=result), *row.args, **row.kwargs)
+            else:
+                value = task.call(*row.args, **row.kwargs)
+            value = normalize_json(value)
+            json.dumps(value, allow_nan=False)
+        except BaseException as exc:  # noqa: BLE001 - every failure is recorded on the result
+            final = message.attempt >= max_attempts
+            logger.log(logging.WARNING if final else logging.INFO,
+                       "task attempt failed id=%s task=%s attempt=%s final=%s error=%s",
+                       row.id, row.task_path, message.attempt, final,
+                       loggable(f"{type(exc).__name__}: {exc}", 300))
+            self._keep(key, _Ended(row, task, error=_error(exc), final=final))
+            if final:
+                raise DeadLetter(f"{type(exc).__name__}: {exc}") from exc
+            raise Retry(retry_delay(backoff, message.attempt), f"{type(exc).__name__}: {exc}") from exc
+        self._keep(key, _Ended(row, task, value=value))
+        self._maybe_prune(backend)
+
+    def _keep(self, key: Attempt, ended: _Ended) -> None:
+        with self._lock:
+            self._ended[key] = ended
+
+    def _maybe_prune(self, backend: Any) -> None:
+        """Delete this backend's results finished longer than RESULT_RETENTION ago, at most
+        once a minute per worker."""
+        retention = backend.task_options.result_retention
+        if retention is None:
+            return
+        now = time.monotonic()
+        with self._lock:
+            if now < self._next_prune:
+                return
+            self._next_prune = now + PRUNE_INTERVAL
+        cutoff = timezone.now() - timedelta(seconds=retention)
+        using = router.db_for_write(TaskResultRecord)
+        try:
+            deleted = TaskResultRecord.objects.using(using).filter(
+                backend=backend.alias).prune(cutoff)
+        except Exception as exc:  # noqa: BLE001 - pruning is housekeeping; the next one retries
+            logger.warning("could not prune task results: %s: %s", type(exc).__name__, exc)
+            return
+        if deleted:
+            logger.info("pruned task results backend=%s deleted=%s", backend.alias, deleted)
+
+
+def _key(message: Message) -> Attempt:
+    return (message.topic, message.offset, message.attempt)
+
+
+def _task_id(message: Message) -> str | None:
+    payload = message.payload
+    if not isinstance(payload, dict) or not all(
+            isinstance(payload.get(name), str) for name in ("id", "task", "backend")):
+        return None
+    return str(payload["id"])
+
+
+def _payload(message: Message) -> dict[str, Any]:
+    if _task_id(message) is None:
+        raise DeadLetter(f"not a task message: {loggable(repr(message.payload), 200)}")
+    payload: dict[str, Any] = message.payload
+    return payload
+
+
+def _new_row(payload: dict[str, Any], message: Message) -> TaskResultRecord:
+    run_after = payload.get("run_after")
+    return TaskResultRecord(
+        id=payload["id"], task_path=payload["task"], backend=payload["backend"],
+        queue_name=message.topic.split(".", 1)[1], priority=int(payload.get("priority", 0)),
+        status="READY", args=payload.get("args", []), kwargs=payload.get("kwargs", {}),
+        run_after=datetime.fromisoformat(run_after) if run_after else None,
+        enqueued_at=message.published_at, worker_ids=[], errors=[],
+    )
+
+
+def _copy(row: TaskResultRecord) -> TaskResultRecord:
+    """A snapshot of ``row`` that later changes to the row leave alone."""
+    return replace_row(row, worker_ids=list(row.worker_ids), errors=list(row.errors))
+
+
+def replace_row(row: TaskResultRecord, **changes: Any) -> TaskResultRecord:
+    copy = TaskResultRecord(**{f.attname: getattr(row, f.attname) for f in row._meta.concrete_fields})
+    for name, value in changes.items():
+        setattr(copy, name, value)
+    return copy
+
+
+def _import_task(path: str) -> Any:
+    try:
+        task = import_string(path)
+    except ImportError:
+        return None
+    return task if isinstance(task, Task) else None
+
+
+def _error(exc: BaseException) -> dict[str, str]:
+    kind = type(exc)
+    return {"exception_class_path": f"{kind.__module__}.{kind.__qualname__}",
+            "traceback": "".join(format_exception(exc))}
+
+
+def _send(signal: Any, backend: Any, result: Any) -> None:
+    """Send a task signal; a failing receiver is logged and does not fail the task."""
+    for receiver, response in signal.send_robust(type(backend), task_result=result):
+        if isinstance(response, Exception):
+            logger.error("task signal receiver %r failed: %s: %s", receiver,
+                         type(response).__name__, response)
+
