@@ -11,9 +11,8 @@ import pytest
 from django.db import transaction
 from django.utils import timezone
 
-import django_sqlqueue as sqlqueue
+from django_sqlqueue import operations
 from django_sqlqueue.models import QueueMessage, TaskResultRecord
-from django_sqlqueue.rows import decode_json
 from django_sqlqueue.tasks.compat import TaskResultDoesNotExist, TaskResultStatus
 from tests.testapp import tasks
 from tests.testapp.models import Handled
@@ -78,19 +77,29 @@ def test_a_task_failing_every_attempt_ends_failed_with_every_error_and_in_the_de
     assert "boom x" in dead.last_error
 
 
-def test_replaying_a_failed_task_runs_it_again_under_the_same_result_id(workers):
+def test_replaying_a_failed_task_makes_it_ready_and_runs_it_again_under_the_same_result_id(workers):
     result = tasks.always_fails.enqueue("replayed")  # max_attempts=3
     worker = workers.start("tasks-replay", "--queue", "default")
     finished(result, watch=[worker])
     dead = wait_until(lambda: QueueMessage.objects.filter(topic="tasks.default_dlq").first(),
                       what="the dead-letter copy", watch=[worker])
-    sqlqueue.publish("tasks.default", decode_json(dead.payload), id=f"{result.id}-replay")
+    worker.terminate()
+    assert worker.wait_exit(10) == 0
+
+    outcome = operations.replay(operations.DeadLetterFilter(ids=(dead.offset,)))
+
+    assert outcome.replayed == 1
+    ready = tasks.add.get_backend().get_result(result.id)
+    assert ready.status == TaskResultStatus.READY
+    assert ready.finished_at is None
+    assert len(ready.errors) == 3  # the earlier attempts are kept
+    again = workers.start("tasks-replay-2", "--queue", "default")
     wait_until(lambda: len(runs("replayed")) == 6 or None, what="three more attempts",
-               watch=[worker])
-    fresh = finished(result, watch=[worker])
+               watch=[again])
+    fresh = finished(result, watch=[again])
     assert fresh.status == TaskResultStatus.FAILED
     assert len(fresh.errors) == 6
-    assert fresh.worker_ids == ["tasks-replay"] * 6
+    assert fresh.worker_ids == ["tasks-replay"] * 3 + ["tasks-replay-2"] * 3
 
 
 def test_options_max_attempts_applies_to_tasks_without_their_own(workers):

@@ -38,6 +38,7 @@ class DeadLetterRef(NamedTuple):
     partition: str
     group: str  # the consumer group that gave up on it
     original_topic: str
+    original_id: str  # the id the original was published with
 
 
 def _where(connection: Any, selection: Selection, topic: str) -> tuple[str, list[Any]]:
@@ -82,11 +83,11 @@ def page(selection: Selection, after: tuple[str, str, int] | None, limit: int,
         rows = sqlb.fetch_all(
             connection,
             f"SELECT {q('offset')}, {q('topic')}, {q('partition_key')}, {q('consumer_group')}, "  # noqa: S608 - names quoted, values bound
-            f"{q('original_topic')} FROM {q('queue_messages')} WHERE {where} "
+            f"{q('original_topic')}, {q('original_id')} FROM {q('queue_messages')} WHERE {where} "
             f"ORDER BY {q('partition_key')}, {q('offset')} LIMIT %s",
             [*params, limit - len(result)],
         )
-        result += [DeadLetterRef(int(r[0]), r[1], r[2], r[3], r[4]) for r in rows]
+        result += [DeadLetterRef(int(r[0]), r[1], r[2], r[3], r[4], r[5]) for r in rows]
         if len(result) >= limit:
             break
     return result

@@ -11,11 +11,15 @@ the JSON lists.
 from __future__ import annotations
 
 from datetime import datetime
+from typing import Any
 
 from django.db import models
 
 from .fields import ID_LENGTH
 
+# A task queue Q is the topic ``tasks.Q``, consumed by the group ``tasks``.
+TASK_TOPIC_PREFIX = "tasks."
+TASK_GROUP = "tasks"
 STATUS_LENGTH = 10
 TASK_PATH_LENGTH = 255
 QUEUE_NAME_LENGTH = 100
@@ -70,3 +74,14 @@ class TaskResultRecord(models.Model):
 
     def __str__(self) -> str:
         return f"{self.task_path}[{self.id}] {self.status}"
+
+
+def reopen_replayed_tasks(sender: object, replays: list[Any], using: str, **kwargs: Any) -> None:
+    """Receiver of ``dead_letters_replayed``: a FAILED task whose dead letter is replayed
+    is READY again under the same result id, its earlier errors and worker ids kept. It
+    runs in the replay's transaction, so no worker can start the replay before this."""
+    ids = [r.original_id for r in replays
+           if r.group == TASK_GROUP and r.topic.startswith(TASK_TOPIC_PREFIX) and r.original_id]
+    if ids:
+        TaskResultRecord.objects.using(using).filter(id__in=ids, status="FAILED").update(
+            status="READY", finished_at=None)

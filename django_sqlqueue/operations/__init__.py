@@ -7,7 +7,16 @@ for input it cannot act on.
 """
 
 from .control import Collected, Released, deliver_now, forget, pause, release_leases, resume, run_gc
-from .dead_letters import DeadLetterFilter, DeadLetterSample, Outcome, count, discard, replay, sample
+from .dead_letters import (
+    DeadLetterFilter,
+    DeadLetterSample,
+    Outcome,
+    Replayed,
+    count,
+    discard,
+    replay,
+    sample,
+)
 from .errors import (
     AlreadyHandled,
     InvalidFilter,
@@ -28,6 +37,7 @@ __all__ = [
     "OperationError",
     "Outcome",
     "Released",
+    "Replayed",
     "SubscriptionStats",
     "UnknownMessage",
     "UnknownSubscriber",

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from django.db import transaction
 
@@ -26,6 +27,7 @@ from ..conf import get_settings
 from ..models import ConsumerOffset, DeliveryState, QueueMessage, Topic
 from ..models import dead_letters as rows
 from ..models.delivery import MessageRef
+from ..signals import dead_letters_replayed
 from .errors import InvalidFilter
 from .names import check_name, database_now_ms
 
@@ -133,6 +135,14 @@ def sample(flt: DeadLetterFilter, *, limit: int = SAMPLE_SIZE,
             for r in refs if (m := found.get(r.offset)) is not None]
 
 
+class Replayed(NamedTuple):
+    """One replayed dead letter, as ``signals.dead_letters_replayed`` reports it."""
+
+    group: str  # the only group the replay goes to
+    topic: str  # the topic it was published to, where the replay now sits
+    original_id: str  # the id it was published with (``Message.id`` of the replay)
+
+
 def replay(flt: DeadLetterFilter, *, dry_run: bool = False, batch_size: int = BATCH_SIZE,
            progress: Progress | None = None, using: str = "default") -> Outcome:
     """Re-deliver the selected dead letters to the group that dead-lettered each, and only
@@ -176,6 +186,10 @@ def _run(flt: DeadLetterFilter, *, replay: bool, dry_run: bool, batch_size: int,
         with transaction.atomic(using=using):
             if replay:
                 rows.insert_replays([r.offset for r in act], using)
+                if act:
+                    dead_letters_replayed.send(
+                        sender=None, using=using,
+                        replays=[Replayed(r.group, r.original_topic, r.original_id) for r in act])
             removed = _delete(act, registered, using)
         if replay:
             outcome.replayed += removed

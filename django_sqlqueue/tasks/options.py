@@ -11,9 +11,10 @@ from typing import Any
 
 from ..conf import MAX_SECONDS, get_settings, is_seconds
 from ..consuming.backoff import Backoff, ExponentialBackoff
+from ..models.task_results import TASK_GROUP, TASK_TOPIC_PREFIX
 
-TOPIC_PREFIX = "tasks."
-GROUP = "tasks"
+TOPIC_PREFIX = TASK_TOPIC_PREFIX
+GROUP = TASK_GROUP
 # The most attempts a task may ask for. The queue's subscription allows this many
 # deliveries and the task runner decides, per task, when to give up before that.
 MAX_TASK_ATTEMPTS = 1000
