@@ -12,6 +12,8 @@ from typing import Any
 from django.conf import settings
 from django.core.signals import setting_changed
 
+from .limits import DEFAULT_MAX_PAYLOAD_BYTES
+
 DEFAULTS: dict[str, Any] = {
     # How long an idle worker waits between polls, in seconds.
     "POLL_INTERVAL": 0.1,
@@ -29,7 +31,7 @@ DEFAULTS: dict[str, Any] = {
     # Appended to a topic to name its dead-letter topic.
     "DLQ_SUFFIX": "_dlq",
     # Largest accepted payload, as serialized JSON, in bytes.
-    "MAX_PAYLOAD_BYTES": 1024 * 1024,
+    "MAX_PAYLOAD_BYTES": DEFAULT_MAX_PAYLOAD_BYTES,
     # Rows per multi-row INSERT in publish_many.
     "PUBLISH_BATCH_SIZE": 500,
     # How often a worker deletes fully consumed messages, in seconds (0 disables GC).
