@@ -50,6 +50,9 @@ DEFAULTS: dict[str, Any] = {
     "PARTITIONS": 16,
     # Per-topic options, e.g. {"orders": {"PARTITIONS": 64}}.
     "TOPICS": {},
+    # True: GC deletes only messages the archive job (python -m django_sqlqueue.spark.archive)
+    # has exported, besides waiting for every consumer group.
+    "ARCHIVE_BEFORE_GC": False,
 }
 
 MAX_PARTITIONS = 4096  # per topic; lease rows, watermarks and fair share count partitions
@@ -90,6 +93,7 @@ class QueueSettings:
     max_handler_time: float | None
     partitions: int
     topics: dict[str, dict[str, Any]]
+    archive_before_gc: bool
 
     def partitions_for(self, topic: str) -> int:
         """The partition count configured for ``topic`` (the recorded count wins once a

@@ -9,6 +9,7 @@ from django.core.management import call_command
 from django.db import IntegrityError, connection, transaction
 
 from django_sqlqueue.models import (
+    ArchiveMark,
     ConsumerOffset,
     DeliveryState,
     LogSequencer,
@@ -36,6 +37,7 @@ TABLES = {
     "queue_subscriber_heartbeats": SubscriberHeartbeat,
     "queue_sequencer": LogSequencer,
     "queue_topics": Topic,
+    "queue_archive": ArchiveMark,
 }
 
 
@@ -65,7 +67,7 @@ def test_no_migrations_are_missing():
     assert "No changes detected" in out.getvalue()
 
 
-def test_all_seven_tables_exist():
+def test_all_eight_tables_exist():
     assert set(TABLES) <= set(connection.introspection.table_names())
 
 

@@ -1,5 +1,6 @@
 """One module per table; each model's manager holds that table's SQL."""
 
+from .archive import ArchiveMark
 from .delivery import DeliveryState
 from .heartbeats import SubscriberHeartbeat
 from .leases import PartitionLease
@@ -9,6 +10,7 @@ from .sequencer import LogSequencer
 from .topics import Topic
 
 __all__ = [
+    "ArchiveMark",
     "ConsumerOffset",
     "DeliveryState",
     "LogSequencer",

@@ -226,3 +226,15 @@ def assign_positions(conn: Connection, assignments: Sequence[tuple[int, int, str
         f"WHERE {q('offset')} IN ({', '.join(['%s'] * len(offsets))})",
         positions + partitions + offsets,
     )
+
+
+def dead_letters_by_group(conn: Connection, topic: str) -> dict[str, int]:
+    """How many dead-letter copies of ``topic``'s messages each group made (in the log now)."""
+    q = conn.q
+    rows = conn.fetch_all(
+        f"SELECT {q('consumer_group')}, COUNT(*) FROM {q('queue_messages')} "  # noqa: S608 - names quoted, values bound
+        f"WHERE {q('original_topic')} = %s AND {q('consumer_group')} <> '' "
+        f"GROUP BY {q('consumer_group')}",
+        [topic],
+    )
+    return {str(r[0]): int(r[1]) for r in rows}

@@ -35,3 +35,11 @@ def record(conn: Connection, topic: str, partitions: int) -> int:
         [topic, partitions],
     )
     return partition_counts(conn, [topic])[topic]
+
+
+def recorded_topics(conn: Connection) -> list[str]:
+    """Every topic with a recorded partition count."""
+    q = conn.q
+    return sorted(str(r[0]) for r in conn.fetch_all(
+        f"SELECT {q('topic')} FROM {q('queue_topics')}"))  # noqa: S608 - names quoted
+
