@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import signal
 import sys
 import time
 from typing import Any
@@ -26,8 +27,9 @@ def start_session() -> Any:
     # Spark gives timestamps back as naive local times: make local time UTC.
     os.environ["TZ"] = "UTC"
     time.tzset()
+    # local[2,2]: two threads, and a failed task is tried once more, as on a cluster.
     session = (
-        SparkSession.builder.master("local[2]").appName("sqlqueue-tests")
+        SparkSession.builder.master("local[2,2]").appName("sqlqueue-tests")
         .config("spark.ui.enabled", "false")
         .config("spark.sql.shuffle.partitions", "2")
         .config("spark.driver.memory", "1g")
@@ -51,3 +53,27 @@ def database_url() -> str:
     auth = f"{user}:{quote(password)}@" if password else f"{user}@"
     port = f":{settings['PORT']}" if settings.get("PORT") else ""
     return f"{scheme}://{auth}{settings.get('HOST') or '127.0.0.1'}{port}/{name}"
+
+
+def kill_python_workers(spark: Any) -> int:
+    """SIGKILL the Python workers this session's JVM forked (a task's process dies, as
+    when an executor is lost); return how many."""
+    jvm = spark.sparkContext._gateway.proc.pid
+    children: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as stat:
+                    parent = int(stat.read().rsplit(")", 1)[1].split()[1])
+            except (OSError, IndexError, ValueError):
+                continue
+            children.setdefault(parent, []).append(int(entry))
+    killed = 0
+    for daemon in children.get(jvm, []):  # pyspark.daemon, which forks the workers
+        for worker in children.get(daemon, []):
+            try:
+                os.kill(worker, signal.SIGKILL)
+                killed += 1
+            except ProcessLookupError:
+                pass
+    return killed

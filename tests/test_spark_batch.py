@@ -3,14 +3,21 @@
 from __future__ import annotations
 
 import json
+import time
 from datetime import UTC
 
 import pytest
+from django.db import connection
 
 from django_sqlqueue import publish
+from django_sqlqueue.encoding import build_row
 from django_sqlqueue.models import QueueMessage
 from django_sqlqueue.sequencing import partition_counts, sequence_all
-from tests.spark_support import database_url
+from django_sqlqueue.store import messages as message_store
+from django_sqlqueue.store.connection import open_connection
+from tests.helpers import start_thread
+from tests.spark_support import database_url, kill_python_workers
+from tests.worker_harness import wait_until
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.spark]
 
@@ -77,6 +84,43 @@ def test_writing_the_same_dataframe_twice_makes_no_duplicates(spark):
     for _ in range(2):
         write(spark, rows, "payload string, key string, id string", topic="orders")
     assert QueueMessage.objects.filter(topic="orders").count() == 30
+
+
+def test_a_task_killed_mid_write_and_retried_makes_no_duplicates(spark):
+    if connection.vendor == "sqlite":
+        pytest.skip("SQLite has a single writer: the held row would hold up every batch")
+    from pyspark.sql import functions as F
+
+    url = database_url()
+    # Another transaction holds row 1500's (topic, key, id): the task commits 15 batches of
+    # 100 rows, then waits on it; there it is killed, and Spark tries the task again.
+    held = open_connection(url)
+    held.begin()
+    message_store.insert_rows(held, [build_row("orders", 1500, "", "1500", None, None, 1 << 20)])
+    df = spark.range(2000).repartition(1).select(
+        F.to_json(F.struct("id")).alias("payload"), F.col("id").cast("string").alias("id"))
+
+    def kill_the_task_then_let_go():
+        wait_until(lambda: QueueMessage.objects.filter(topic="orders").count() == 1500, timeout=60,
+                   what="the task to commit 15 batches")
+        killed = kill_python_workers(spark)
+        time.sleep(1)
+        held.rollback()
+        return killed
+
+    spark.conf.set("spark.sql.execution.arrow.maxRecordsPerBatch", "100")
+    try:
+        # The job runs in the test's thread: from another Python thread Spark did not find
+        # the registered data source.
+        killer = start_thread(kill_the_task_then_let_go)
+        (df.write.format("sqlqueue").option("url", url).option("topic", "orders")
+         .option("batchSize", "100").mode("append").save())
+        assert killer.outcome(timeout=60) > 0
+    finally:
+        held.close()
+        spark.conf.unset("spark.sql.execution.arrow.maxRecordsPerBatch")
+    ids = list(QueueMessage.objects.filter(topic="orders").values_list("message_id", flat=True))
+    assert sorted(ids, key=int) == [str(i) for i in range(2000)]
 
 
 def test_struct_payload_and_id_columns(spark):
