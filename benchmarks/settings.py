@@ -20,7 +20,7 @@ import environ
 from benchmarks.database import own_database
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
-BENCH_DB_NAME = "sqlqueue_bench"
+BENCH_DB_NAME = os.environ.get("SQLQUEUE_BENCH_DB", "sqlqueue_bench")
 DEFAULT_DATABASE_URL = "mysql://root@127.0.0.1:3306/test"
 
 env = environ.Env()
