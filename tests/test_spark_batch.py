@@ -210,3 +210,19 @@ def test_reading_state_tables_gives_lag_per_group(spark):
     lag = (messages.select("topic", "partition", "position").join(offsets, ["topic", "partition"])
            .where("position > offset_acked").groupBy("consumer_group").count().collect())
     assert [(r["consumer_group"], r["count"]) for r in lag] == [("billing", 4)]
+
+
+@pytest.mark.parametrize(("options", "error"), [
+    ({"topic": None}, "option topic is required to read messages"),
+    ({"table": "nope"}, "option table must be one of messages, dead_letters"),
+    ({"numPartitions": "two"}, "option numPartitions must be an integer"),
+    ({"topic": "bad topic"}, "option topic: topic 'bad topic' contains ' '"),
+    ({"url": "ftp://example.com/x"}, "is not a MariaDB/MySQL, PostgreSQL or SQLite url"),
+])
+def test_bad_read_options_are_refused(spark, options, error):
+    reader = spark.read.format("sqlqueue")
+    for name, value in {"url": database_url(), "topic": "orders", **options}.items():
+        if value is not None:
+            reader = reader.option(name, value)
+    with pytest.raises(Exception, match=error):
+        reader.load().collect()
