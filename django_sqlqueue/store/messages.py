@@ -97,7 +97,7 @@ def read_page(conn: Connection, topics: Sequence[str], after_offset: int, up_to_
         f"WHERE {' AND '.join(where)} ORDER BY {q('offset')} LIMIT %s",
         [*params, limit],
     )
-    return [_read_row(row) for row in rows]
+    return _read_rows(rows)
 
 
 def read_positions(conn: Connection, topics: Sequence[str], after_position: int,
@@ -112,16 +112,15 @@ def read_positions(conn: Connection, topics: Sequence[str], after_position: int,
         f"ORDER BY {q('position')} LIMIT %s",
         [after_position, up_to_position, *topics, limit],
     )
-    return [_read_row(row) for row in rows]
+    return _read_rows(rows)
 
 
-def _read_row(row: tuple[Any, ...]) -> tuple[Any, ...]:
-    values = list(row)
-    values[3] = int(values[3]) if values[3] not in ("", None) else None  # the partition
-    for index in (6, 7):  # JSON text; Oracle MySQL returns bytes
-        if isinstance(values[index], bytes | bytearray):
-            values[index] = values[index].decode("utf-8")
-    return tuple(values)
+def _read_rows(rows: list[tuple[Any, ...]]) -> list[tuple[Any, ...]]:
+    """JSON columns as text: Oracle MySQL returns them as bytes (MariaDB as text)."""
+    if rows and isinstance(rows[0][6], bytes | bytearray):
+        return [(*row[:6], bytes(row[6]).decode("utf-8"), bytes(row[7]).decode("utf-8"), *row[8:])
+                for row in rows]
+    return rows
 
 
 def offset_bounds(conn: Connection, topics: Sequence[str], *,
