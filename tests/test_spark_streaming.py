@@ -117,3 +117,25 @@ def test_a_stream_needs_named_topics(spark):
     with pytest.raises(Exception, match="a stream reads messages of named topics"):
         (spark.readStream.format("sqlqueue").option("url", database_url()).load()
          .writeStream.format("console").start().awaitTermination(60))
+
+
+def test_a_stream_can_be_bulk_published_into_another_topic(spark, tmp_path):
+    def copy_run():
+        query = (spark.readStream.format("sqlqueue").option("url", database_url())
+                 .option("topic", "orders").load()
+                 .selectExpr("payload", "key", "concat('copy-', id) AS id")
+                 .writeStream.format("sqlqueue").option("url", database_url())
+                 .option("topic", "copies").option("partitions", "4")
+                 .option("checkpointLocation", str(tmp_path / "copy.ckpt"))
+                 .trigger(availableNow=True).start())
+        query.awaitTermination(120)
+
+    for i in range(5):
+        publish("orders", {"n": i}, key=f"k{i}", id=f"c{i}")
+    copy_run()
+    for i in range(5, 8):
+        publish("orders", {"n": i}, key=f"k{i}", id=f"c{i}")
+    copy_run()
+    copies = QueueMessage.objects.filter(topic="copies")
+    assert sorted(copies.values_list("message_id", flat=True)) == [f"copy-c{i}" for i in range(8)]
+    assert {m.message_key: m.payload for m in copies} == {f"k{i}": {"n": i} for i in range(8)}
