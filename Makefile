@@ -8,6 +8,8 @@
 #   make test-compat   only the Python 3.11 + Django 5.2 run, on all three backends
 #   make lint          ruff + mypy
 #   make bench         benchmarks/run.py against BENCH_DATABASE_URL (default: MariaDB)
+#   make bench-spark   the Spark data source: 1,000,000 rows bulk-published and read back
+#                      (local[2]) against BENCH_DATABASE_URL (default: MariaDB)
 #   make chaos         workers and publishers under faults for CHAOS_SECONDS (default 180)
 #                      against CHAOS_DATABASE_URL (default: MariaDB), then a loss report;
 #                      make test runs a 60 s version of it on MariaDB
@@ -141,7 +143,7 @@ endef
 
 # --------------------------------------------------------------------------- targets
 
-.PHONY: help demo admin test test-backends test-compat lint check-migrations bench chaos chaos-short provision clean FORCE
+.PHONY: help demo admin test test-backends test-compat lint check-migrations bench bench-spark chaos chaos-short provision clean FORCE
 
 help:
 	@sed -n '3,21s/^# \{0,1\}//p' $(firstword $(MAKEFILE_LIST))
@@ -170,6 +172,13 @@ $(VENV)/.stamp-dev: pyproject.toml $(VENV)/.sqlqueue-python | provision
 	$(PY) -m pip install -qq -e '.[dev,mysql,postgres]' 'Django~=$(DJANGO_SERIES).0'
 	@touch $@ $(VENV)/.stamp-base
 
+# The spark extra (pyspark is a ~450 MB download, about a minute to install): its own
+# stamp, so make demo never waits for it and make test installs it once.
+$(VENV)/.stamp-spark: pyproject.toml $(VENV)/.stamp-dev
+	@echo "sqlqueue: installing django-sqlqueue[spark] (pyspark, pyarrow) into $(VENV)"
+	$(PY) -m pip install -qq -e '.[dev,mysql,postgres,spark]' 'Django~=$(DJANGO_SERIES).0'
+	@touch $@
+
 $(COMPAT_VENV)/.stamp-dev: pyproject.toml $(COMPAT_VENV)/.sqlqueue-python | provision
 	@echo "sqlqueue: installing django-sqlqueue[dev,mysql,postgres] (editable) into $(COMPAT_VENV)"
 	$(COMPAT_PY) -m pip install -qq -e '.[dev,mysql,postgres]' 'Django~=$(COMPAT_DJANGO_SERIES).0'
@@ -193,7 +202,7 @@ admin: $(VENV)/.stamp-base
 	$(PY) example_project/manage.py admin_demo
 	$(PY) example_project/manage.py runserver $(ADMIN_ADDRESS)
 
-lint: $(VENV)/.stamp-dev
+lint: $(VENV)/.stamp-spark
 	$(PY) -m ruff check $(LINT_PATHS)
 	DATABASE_URL='$(SQLITE_URL)' $(PY) -m mypy django_sqlqueue
 
@@ -201,11 +210,12 @@ check-migrations: $(VENV)/.stamp-dev
 	DATABASE_URL='$(SQLITE_URL)' DJANGO_SETTINGS_MODULE=tests.settings \
 	  $(PY) -m django makemigrations --check --dry-run
 
-test-backends: $(VENV)/.stamp-dev | provision
+test-backends: $(VENV)/.stamp-spark | provision
 	$(call run_suite,$(PY),Python $(BASE_VERSION) / Django $(DJANGO_SERIES))
 
 test: lint check-migrations test-backends $(if $(filter mysql,$(BACKENDS)),chaos-short) $(if $(IS_CI),test-compat)
 
+# Without the spark extra: the Spark tests are skipped there, each with its reason.
 test-compat: $(COMPAT_VENV)/.stamp-dev | provision
 	DATABASE_URL='$(SQLITE_URL)' DJANGO_SETTINGS_MODULE=tests.settings \
 	  $(COMPAT_PY) -m django makemigrations --check --dry-run
@@ -213,6 +223,9 @@ test-compat: $(COMPAT_VENV)/.stamp-dev | provision
 
 bench: $(VENV)/.stamp-bench | provision
 	DATABASE_URL='$(BENCH_DATABASE_URL)' PYTHONPATH='$(ROOT)' $(PY) benchmarks/run.py $(BENCH_ARGS)
+
+bench-spark: $(VENV)/.stamp-spark | provision
+	DATABASE_URL='$(BENCH_DATABASE_URL)' PYTHONPATH='$(ROOT)' $(PY) benchmarks/spark_bench.py $(BENCH_ARGS)
 
 # The chaos run restarts the database server once (when it runs on this machine): see
 # docs/reliability.md.

@@ -12,6 +12,8 @@ from typing import Any
 from django.conf import settings
 from django.core.signals import setting_changed
 
+from .limits import DEFAULT_MAX_PAYLOAD_BYTES
+
 DEFAULTS: dict[str, Any] = {
     # How long an idle worker waits between polls, in seconds.
     "POLL_INTERVAL": 0.1,
@@ -29,7 +31,7 @@ DEFAULTS: dict[str, Any] = {
     # Appended to a topic to name its dead-letter topic.
     "DLQ_SUFFIX": "_dlq",
     # Largest accepted payload, as serialized JSON, in bytes.
-    "MAX_PAYLOAD_BYTES": 1024 * 1024,
+    "MAX_PAYLOAD_BYTES": DEFAULT_MAX_PAYLOAD_BYTES,
     # Rows per multi-row INSERT in publish_many.
     "PUBLISH_BATCH_SIZE": 500,
     # How often a worker deletes fully consumed messages, in seconds (0 disables GC).
@@ -52,6 +54,9 @@ DEFAULTS: dict[str, Any] = {
     # ("customer_id=42") through an index, created by `migrate`. Other fields are searched
     # in the newest dead letters only.
     "SEARCH_FIELDS": [],
+    # True: GC deletes only messages the archive job (python -m django_sqlqueue.spark.archive)
+    # has exported, besides waiting for every consumer group.
+    "ARCHIVE_BEFORE_GC": False,
 }
 
 MAX_PARTITIONS = 4096  # per topic; lease rows, watermarks and fair share count partitions
@@ -93,6 +98,7 @@ class QueueSettings:
     partitions: int
     topics: dict[str, dict[str, Any]]
     search_fields: list[str]
+    archive_before_gc: bool
 
     def partitions_for(self, topic: str) -> int:
         """The partition count configured for ``topic`` (the recorded count wins once a

@@ -53,3 +53,14 @@ def pytest_sessionstart(session: pytest.Session) -> None:
 
 
 # --------------------------------------------------------------------------- fixtures
+
+
+@pytest.fixture(scope="session")
+def spark():
+    """One local[2] SparkSession for every Spark test (starting one costs ~8 s), with the
+    ``sqlqueue`` data source registered. Skipped, saying why, without the spark extra."""
+    from tests.spark_support import start_session
+
+    session = start_session()
+    yield session
+    session.stop()

@@ -9,12 +9,16 @@ from django.core.management import call_command
 from django.db import IntegrityError, connection, transaction
 
 from django_sqlqueue.models import (
+    ArchiveMark,
     ConsumerOffset,
     DeliveryState,
+    GroupControl,
     LogSequencer,
     PartitionLease,
     QueueMessage,
     SubscriberHeartbeat,
+    TaskResultRecord,
+    Throughput,
     Topic,
 )
 from tests.factories import (
@@ -36,6 +40,10 @@ TABLES = {
     "queue_subscriber_heartbeats": SubscriberHeartbeat,
     "queue_sequencer": LogSequencer,
     "queue_topics": Topic,
+    "queue_group_controls": GroupControl,
+    "queue_throughput": Throughput,
+    "queue_task_results": TaskResultRecord,
+    "queue_archive": ArchiveMark,
 }
 
 
@@ -65,7 +73,7 @@ def test_no_migrations_are_missing():
     assert "No changes detected" in out.getvalue()
 
 
-def test_all_seven_tables_exist():
+def test_all_eleven_tables_exist():
     assert set(TABLES) <= set(connection.introspection.table_names())
 
 

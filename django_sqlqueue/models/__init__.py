@@ -1,5 +1,6 @@
 """One module per table; each model's manager holds that table's SQL."""
 
+from .archive import ArchiveMark
 from .controls import GroupControl
 from .delivery import DeliveryState
 from .heartbeats import SubscriberHeartbeat
@@ -13,6 +14,7 @@ from .throughput import Throughput
 from .topics import Topic
 
 __all__ = [
+    "ArchiveMark",
     "ConsumerOffset",
     "DeadLetter",
     "DeliveryState",

@@ -1,12 +1,14 @@
 """Column sizes shared by the tables, chosen to fit MySQL's 3,072-byte index limit in utf8mb4."""
 
-TOPIC_LENGTH = 255  # column size; published topics are limited to MAX_TOPIC_LENGTH
-MAX_TOPIC_LENGTH = 200  # leaves room for the dead-letter suffix
-KEY_LENGTH = 255
-ID_LENGTH = 128
-GROUP_LENGTH = 100
-SUBSCRIBER_NAME_LENGTH = 255
-ERROR_LENGTH = 10_000  # characters of a handler's error kept (MySQL TEXT holds 64 KiB)
+from ..limits import (  # noqa: F401 - re-exported for the models
+    ERROR_LENGTH,
+    GROUP_LENGTH,
+    ID_LENGTH,
+    KEY_LENGTH,
+    MAX_TOPIC_LENGTH,
+    SUBSCRIBER_NAME_LENGTH,
+    TOPIC_LENGTH,
+)
 
 
 def storable_error(text: str) -> str:

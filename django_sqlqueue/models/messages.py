@@ -9,24 +9,9 @@ from django.db import IntegrityError, connections, models
 from ..db import sql as sqlb
 from ..db import vendor
 from ..db.errors import check_refusal
+from ..encoding import NewRow
 from ..exceptions import InvalidMessage
 from .fields import GROUP_LENGTH, ID_LENGTH, KEY_LENGTH, TOPIC_LENGTH, storable_error
-
-
-class NewRow(NamedTuple):
-    """A validated message on its way into the log.
-
-    ``id_given`` is False for an id generated at publish (a new UUID), which cannot be in
-    the log already.
-    """
-
-    topic: str
-    key: str
-    id: str
-    payload_json: str
-    headers_json: str
-    delay_ms: int
-    id_given: bool = True
 
 
 class MessageRow(NamedTuple):

@@ -22,8 +22,9 @@ from collections.abc import Iterable
 
 from django.db import connections, transaction
 
+from ..conf import get_settings
 from ..db.errors import is_disconnect, is_transient
-from ..models import ConsumerOffset, QueueMessage, SubscriberHeartbeat, Throughput
+from ..models import ArchiveMark, ConsumerOffset, QueueMessage, SubscriberHeartbeat, Throughput
 
 logger = logging.getLogger("django_sqlqueue.worker")
 
@@ -50,7 +51,8 @@ def collect_garbage(
     (``known_groups``, the caller's own, always count); ``retired`` collects the ones left
     out, to log each once. ``collected`` remembers each partition's horizon from earlier
     calls, so partitions whose horizon has not moved cost nothing. ``budget`` (seconds)
-    stops the run early; the rest waits for the next one.
+    stops the run early; the rest waits for the next one. With
+    ``SQLQUEUE["ARCHIVE_BEFORE_GC"]`` nothing above a partition's archive mark is deleted.
     """
     collected = {} if collected is None else collected
     deadline = None if budget is None else time.monotonic() + budget
@@ -58,6 +60,7 @@ def collect_garbage(
     topics = list(topics)
     registered = ConsumerOffset.objects.registered_groups(topics, using)
     seen = SubscriberHeartbeat.objects.last_seen(topics, using) if retention else {}
+    archive_first = get_settings().archive_before_gc
     now_ms = int(time.time() * 1000)  # this host's clock: fine for a retention of days
     for topic in topics:
         groups = set(known_groups.get(topic, set()))
@@ -75,6 +78,12 @@ def collect_garbage(
                 continue
             groups.add(group)
         horizons = ConsumerOffset.objects.gc_horizons(topic, sorted(groups), using)
+        if archive_first:
+            # Nothing above what the archive job exported; a partition it has not reached
+            # yet keeps everything.
+            archived = ArchiveMark.objects.archived(topic, using)
+            horizons = {partition: min(horizon, archived[partition])
+                        for partition, horizon in horizons.items() if archived.get(partition, 0) > 0}
         for partition, horizon in horizons.items():
             if collected.get((topic, partition), 0) >= horizon:
                 continue

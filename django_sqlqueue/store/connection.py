@@ -1,0 +1,249 @@
+"""Open a DB-API connection from a ``DATABASE_URL``-style URL, without Django settings.
+
+MariaDB/MySQL through mysqlclient, PostgreSQL through psycopg 3, SQLite through sqlite3:
+the drivers Django uses, configured the way the queue expects (READ COMMITTED and utf8mb4
+on MySQL, like the test settings and the documented Django settings). The URL is parsed by
+django-environ, as Django settings parse it. The password never appears in an error or a
+log line: :func:`redact` is the only way a URL is shown.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import sqlite3
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any
+from urllib.parse import urlsplit, urlunsplit
+
+import environ
+
+from ..exceptions import SQLQueueError
+
+_ENGINES = {
+    "django.db.backends.mysql": "mysql",
+    "django.db.backends.postgresql": "postgresql",
+    "django.db.backends.sqlite3": "sqlite",
+}
+CONNECT_TIMEOUT = 10  # seconds
+SQLITE_BUSY_TIMEOUT = 20  # seconds a writer waits for SQLite's database lock
+
+
+class ConnectFailed(SQLQueueError):
+    """The database URL is unusable or the database cannot be reached."""
+
+
+def redact(url: str) -> str:
+    """``url`` with its password replaced by ``***``, for messages and logs."""
+    try:
+        parts = urlsplit(url)
+    except ValueError:
+        return "<an unparsable url>"
+    if parts.password is None:
+        return url
+    user = parts.username or ""
+    host = parts.hostname or ""
+    port = f":{parts.port}" if parts.port else ""
+    return urlunsplit(parts._replace(netloc=f"{user}:***@{host}{port}"))
+
+
+def _scrub(text: str, url: str) -> str:
+    """An error text with the URL's password (if any) blotted out."""
+    try:
+        password = urlsplit(url).password
+    except ValueError:
+        password = None
+    return text.replace(password, "***") if password else text
+
+
+class Connection:
+    """A DB-API connection with the few vendor differences the store modules need.
+
+    SQL is written with ``%s`` placeholders; for SQLite they become ``?``. Every identifier
+    goes through :meth:`q`, since ``offset`` is a reserved word on PostgreSQL and SQLite.
+    Statements run in a transaction ended by :meth:`commit` or :meth:`rollback` (or the
+    :meth:`atomic` block).
+    """
+
+    def __init__(self, raw: Any, vendor: str, *, mariadb: bool = False) -> None:
+        self.raw = raw
+        self.vendor = vendor
+        self.mariadb = mariadb
+
+    # ------------------------------------------------------------------ SQL text
+
+    def q(self, name: str) -> str:
+        if self.vendor == "mysql":
+            return f"`{name}`"
+        return f'"{name}"'
+
+    def now_ms_sql(self) -> str:
+        """The database server's clock in epoch ms (see :func:`django_sqlqueue.db.vendor.now_ms_sql`)."""
+        if self.vendor == "mysql":
+            return "(TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', UTC_TIMESTAMP(6)) DIV 1000)"
+        if self.vendor == "postgresql":
+            return "(FLOOR(EXTRACT(EPOCH FROM statement_timestamp()) * 1000)::bigint)"
+        return "(CAST((julianday('now') - 2440587.5) * 86400000.0 AS INTEGER))"
+
+    def skip_locked_sql(self) -> str:
+        return "" if self.vendor == "sqlite" else " FOR UPDATE SKIP LOCKED"
+
+    def json_param_sql(self) -> str:
+        return "CAST(%s AS jsonb)" if self.vendor == "postgresql" else "%s"
+
+    def insert_ignore(self, conflict_columns: Sequence[str]) -> tuple[str, str]:
+        """(prefix, suffix) of an INSERT that skips rows whose key is stored already."""
+        if self.vendor == "mysql":
+            return "INSERT IGNORE INTO", ""
+        columns = ", ".join(self.q(c) for c in conflict_columns)
+        return "INSERT INTO", f" ON CONFLICT ({columns}) DO NOTHING"
+
+    def supports_returning(self) -> bool:
+        return self.vendor != "mysql" or self.mariadb
+
+    # ------------------------------------------------------------------ running it
+
+    def _sql(self, sql: str) -> str:
+        return sql.replace("%s", "?") if self.vendor == "sqlite" else sql
+
+    def execute(self, sql: str, params: Sequence[Any] = ()) -> int:
+        """Run one statement; return its row count."""
+        cursor = self.raw.cursor()
+        try:
+            cursor.execute(self._sql(sql), tuple(params))
+            return int(cursor.rowcount)
+        finally:
+            cursor.close()
+
+    def fetch_all(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
+        cursor = self.raw.cursor()
+        try:
+            cursor.execute(self._sql(sql), tuple(params))
+            return [tuple(row) for row in cursor.fetchall()]
+        finally:
+            cursor.close()
+
+    def warnings(self) -> list[tuple[int, str]]:
+        """MySQL's warnings of the last statement, (code, message); [] elsewhere."""
+        if self.vendor != "mysql" or not self.raw.warning_count():
+            return []
+        return [(int(code), message) for _level, code, message in self.fetch_all("SHOW WARNINGS")]
+
+    def begin(self) -> None:
+        # sqlite3 runs in autocommit mode here (isolation_level=None): take the write lock at
+        # BEGIN, as the Django settings' IMMEDIATE transaction mode does, so two writers
+        # queue on the busy timeout instead of failing on a lock upgrade.
+        if self.vendor == "sqlite":
+            self.raw.execute("BEGIN IMMEDIATE")
+
+    def commit(self) -> None:
+        if self.vendor == "sqlite":
+            if self.raw.in_transaction:
+                self.raw.execute("COMMIT")
+        else:
+            self.raw.commit()
+
+    def rollback(self) -> None:
+        if self.vendor == "sqlite":
+            if self.raw.in_transaction:
+                self.raw.execute("ROLLBACK")
+        else:
+            self.raw.rollback()
+
+    @contextlib.contextmanager
+    def atomic(self) -> Iterator[Connection]:
+        """One transaction: committed when the block ends, rolled back if it raises."""
+        self.begin()
+        try:
+            yield self
+        except BaseException:
+            self.rollback()
+            raise
+        self.commit()
+
+    def close(self) -> None:
+        with contextlib.suppress(Exception):
+            self.raw.close()
+
+    def __enter__(self) -> Connection:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def parse_url(url: str) -> dict[str, Any]:
+    """django-environ's reading of ``url``: ENGINE, NAME, USER, PASSWORD, HOST, PORT."""
+    if not isinstance(url, str) or not url:
+        raise ConnectFailed("a database url is required, e.g. mysql://user:pass@host:3306/db")
+    try:
+        config = dict(environ.Env.db_url_config(url))
+    except Exception as exc:  # noqa: BLE001 - any parse failure is a bad url
+        raise ConnectFailed(
+            f"cannot read the database url {redact(url)!r}: {_scrub(str(exc), url)}") from None
+    if config.get("ENGINE") not in _ENGINES:
+        raise ConnectFailed(
+            f"the database url {redact(url)!r} is not a MariaDB/MySQL, PostgreSQL or SQLite "
+            "url (mysql://, postgres://, sqlite:///)")
+    return config
+
+
+def open_connection(url: str) -> Connection:
+    """Connect to the queue's database named by ``url`` (``DATABASE_URL`` format)."""
+    config = parse_url(url)
+    vendor = _ENGINES[config["ENGINE"]]
+    opener: Callable[[dict[str, Any]], Connection] = {
+        "mysql": _open_mysql, "postgresql": _open_postgresql, "sqlite": _open_sqlite,
+    }[vendor]
+    try:
+        return opener(config)
+    except ConnectFailed:
+        raise
+    except Exception as exc:  # noqa: BLE001 - said once, without the password
+        # "from None": the driver's exception (and its traceback's locals) may carry the
+        # connection parameters, the password among them.
+        raise ConnectFailed(
+            f"cannot connect to {redact(url)}: {type(exc).__name__}: {_scrub(str(exc), url)}"
+        ) from None
+
+
+def _open_mysql(config: dict[str, Any]) -> Connection:
+    import MySQLdb  # mysqlclient, as Django uses
+
+    kwargs: dict[str, Any] = {
+        "db": config.get("NAME") or "", "user": config.get("USER") or "",
+        "passwd": config.get("PASSWORD") or "", "host": config.get("HOST") or "localhost",
+        "charset": "utf8mb4", "connect_timeout": CONNECT_TIMEOUT, "autocommit": False,
+    }
+    if config.get("PORT"):
+        kwargs["port"] = int(config["PORT"])
+    raw = MySQLdb.connect(**kwargs)
+    cursor = raw.cursor()
+    # READ COMMITTED, as the queue's Django settings use: a plain read sees rows committed
+    # since the transaction began, and INSERT … SELECT reads without locks.
+    cursor.execute("SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED")
+    cursor.close()
+    return Connection(raw, "mysql", mariadb="mariadb" in raw.get_server_info().lower())
+
+
+def _open_postgresql(config: dict[str, Any]) -> Connection:
+    import psycopg
+
+    kwargs: dict[str, Any] = {
+        "dbname": config.get("NAME") or "", "user": config.get("USER") or None,
+        "password": config.get("PASSWORD") or None, "host": config.get("HOST") or None,
+        "connect_timeout": CONNECT_TIMEOUT,
+    }
+    if config.get("PORT"):
+        kwargs["port"] = int(config["PORT"])
+    return Connection(psycopg.connect(**{k: v for k, v in kwargs.items() if v is not None}),
+                      "postgresql")
+
+
+def _open_sqlite(config: dict[str, Any]) -> Connection:
+    name = str(config.get("NAME") or "")
+    if not name or name == ":memory:":
+        raise ConnectFailed("a SQLite queue needs a database file (sqlite:////path/db.sqlite3)")
+    raw = sqlite3.connect(name, timeout=SQLITE_BUSY_TIMEOUT, isolation_level=None,
+                          check_same_thread=False)
+    raw.execute("PRAGMA journal_mode=WAL")
+    return Connection(raw, "sqlite")

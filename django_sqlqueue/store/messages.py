@@ -1,0 +1,239 @@
+"""SQL for ``queue_messages`` on a plain connection: append in bulk, read ranges, bounds.
+
+The same INSERT shape as publish() (see :mod:`django_sqlqueue.models.messages`): the
+partition stays '' until the sequencer positions the message, times come from the
+database clock, and a stored (topic, key, id) is skipped, never rewritten.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from ..encoding import NewRow
+from ..exceptions import InvalidMessage
+from .connection import Connection
+
+# Columns written by publish and by dead-lettering.
+INSERT_COLUMNS = (
+    "topic", "message_key", "partition_key", "id", "payload", "metadata",
+    "failed_at", "failure_count", "last_error", "original_topic", "original_offset",
+    "consumer_group", "created_at", "published_at", "deliver_at",
+)
+IDEMPOTENCY_COLUMNS = ("topic", "message_key", "id")
+_MYSQL_DUPLICATE_KEY = 1062  # the warning INSERT IGNORE gives for a skipped duplicate
+
+# What a read returns, in order; payload and headers as JSON text.
+READ_COLUMNS = (
+    "offset", "position", "topic", "partition", "key", "id", "payload", "headers",
+    "published_at", "deliver_at", "consumer_group", "original_topic", "original_offset",
+    "original_id", "failure_count", "last_error", "failed_at",
+)
+
+
+def insert_rows(conn: Connection, rows: Sequence[NewRow]) -> int:
+    """Append ``rows`` in one multi-row INSERT, skipping any (topic, key, id) stored
+    already; return how many were new. The caller commits.
+
+    MySQL's INSERT IGNORE turns a refused value into a warning: any warning but a skipped
+    duplicate raises InvalidMessage, so no row is dropped silently.
+    """
+    if not rows:
+        return 0
+    q = conn.q
+    now = conn.now_ms_sql()
+    json_param = conn.json_param_sql()
+    row_sql = (f"(%s, %s, '', %s, {json_param}, {json_param}, 0, 0, '', '', 0, '', {now}, {now}, "
+               f"{now} + %s)")
+    prefix, suffix = conn.insert_ignore(IDEMPOTENCY_COLUMNS)
+    sql = (f"{prefix} {q('queue_messages')} ({', '.join(q(c) for c in INSERT_COLUMNS)}) "
+           f"VALUES {', '.join([row_sql] * len(rows))}{suffix}")
+    inserted = conn.execute(sql, [value for row in rows for value in row[:6]])
+    if inserted < len(rows):
+        refused = [message for code, message in conn.warnings() if code != _MYSQL_DUPLICATE_KEY]
+        if refused:
+            raise InvalidMessage(f"the database refused a message: {'; '.join(refused)}")
+    return inserted
+
+
+def _json_text(conn: Connection, column: str) -> str:
+    # psycopg decodes jsonb; the data source hands JSON text on, as stored.
+    return f"{conn.q(column)}::text" if conn.vendor == "postgresql" else conn.q(column)
+
+
+def _select_list(conn: Connection) -> str:
+    q = conn.q
+    return ", ".join([
+        q("offset"), q("position"), q("topic"), q("partition_key"), q("message_key"), q("id"),
+        _json_text(conn, "payload"), _json_text(conn, "metadata"), q("published_at"),
+        q("deliver_at"), q("consumer_group"), q("original_topic"), q("original_offset"),
+        q("original_id"), q("failure_count"), q("last_error"), q("failed_at"),
+    ])
+
+
+def read_page(conn: Connection, topics: Sequence[str], after_offset: int, up_to_offset: int,
+              limit: int, *, positions: tuple[int, int] | None = None,
+              dead_letters: bool = False) -> list[tuple[Any, ...]]:
+    """Up to ``limit`` rows of ``topics`` with an offset in (after, up_to], lowest first,
+    as :data:`READ_COLUMNS` (``partition`` None until sequenced).
+
+    ``positions`` keeps only sequenced rows with a position in (low, high]; ``dead_letters``
+    reads the dead-letter copies of messages of ``topics`` instead.
+    """
+    q = conn.q
+    where = [f"{q('offset')} > %s", f"{q('offset')} <= %s"]
+    params: list[Any] = [after_offset, up_to_offset]
+    topic_column = "original_topic" if dead_letters else "topic"
+    if topics:
+        where.append(f"{q(topic_column)} IN ({', '.join(['%s'] * len(topics))})")
+        params += list(topics)
+    if dead_letters:
+        where.append(f"{q('consumer_group')} <> ''")
+    if positions is not None:
+        where.append(f"{q('position')} > %s AND {q('position')} <= %s")
+        params += list(positions)
+    rows = conn.fetch_all(
+        f"SELECT {_select_list(conn)} FROM {q('queue_messages')} "  # noqa: S608 - names quoted, values bound
+        f"WHERE {' AND '.join(where)} ORDER BY {q('offset')} LIMIT %s",
+        [*params, limit],
+    )
+    return _read_rows(rows)
+
+
+def read_positions(conn: Connection, topics: Sequence[str], after_position: int,
+                   up_to_position: int, limit: int) -> list[tuple[Any, ...]]:
+    """Up to ``limit`` sequenced rows of ``topics`` with a position in (after, up_to],
+    lowest position first, as :data:`READ_COLUMNS`: what a stream reads."""
+    q = conn.q
+    rows = conn.fetch_all(
+        f"SELECT {_select_list(conn)} FROM {q('queue_messages')} "  # noqa: S608 - names quoted, values bound
+        f"WHERE {q('position')} > %s AND {q('position')} <= %s "
+        f"AND {q('topic')} IN ({', '.join(['%s'] * len(topics))}) "
+        f"ORDER BY {q('position')} LIMIT %s",
+        [after_position, up_to_position, *topics, limit],
+    )
+    return _read_rows(rows)
+
+
+def _read_rows(rows: list[tuple[Any, ...]]) -> list[tuple[Any, ...]]:
+    """JSON columns as text: Oracle MySQL returns them as bytes (MariaDB as text)."""
+    if rows and isinstance(rows[0][6], bytes | bytearray):
+        return [(*row[:6], bytes(row[6]).decode("utf-8"), bytes(row[7]).decode("utf-8"), *row[8:])
+                for row in rows]
+    return rows
+
+
+def offset_bounds(conn: Connection, topics: Sequence[str], *,
+                  dead_letters: bool = False) -> tuple[int, int] | None:
+    """(lowest, highest) offset of the messages of ``topics`` (any topic when empty);
+    None when there are none."""
+    q = conn.q
+    column = "original_topic" if dead_letters else "topic"
+    where = []
+    params: list[Any] = []
+    if topics:
+        where.append(f"{q(column)} IN ({', '.join(['%s'] * len(topics))})")
+        params += list(topics)
+    if dead_letters:
+        where.append(f"{q('consumer_group')} <> ''")
+    clause = f" WHERE {' AND '.join(where)}" if where else ""
+    row = conn.fetch_all(
+        f"SELECT MIN({q('offset')}), MAX({q('offset')}) FROM {q('queue_messages')}{clause}",  # noqa: S608 - names quoted, values bound
+        params,
+    )[0]
+    if row[0] is None:
+        return None
+    return int(row[0]), int(row[1])
+
+
+def nth_position(conn: Connection, topics: Sequence[str], after_position: int,
+                 up_to_position: int, count: int) -> int | None:
+    """The position of the ``count``-th sequenced message of ``topics`` above
+    ``after_position`` (at most ``up_to_position``); None when there are fewer."""
+    q = conn.q
+    rows = conn.fetch_all(
+        f"SELECT {q('position')} FROM {q('queue_messages')} "  # noqa: S608 - names quoted, values bound
+        f"WHERE {q('position')} > %s AND {q('position')} <= %s "
+        f"AND {q('topic')} IN ({', '.join(['%s'] * len(topics))}) "
+        f"ORDER BY {q('position')} LIMIT 1 OFFSET %s",
+        [after_position, up_to_position, *topics, count - 1],
+    )
+    return int(rows[0][0]) if rows else None
+
+
+def lowest_position(conn: Connection, topics: Sequence[str]) -> int | None:
+    """The lowest position of a message of ``topics`` still in the log."""
+    q = conn.q
+    row = conn.fetch_all(
+        f"SELECT MIN({q('position')}) FROM {q('queue_messages')} "  # noqa: S608 - names quoted, values bound
+        f"WHERE {q('topic')} IN ({', '.join(['%s'] * len(topics))})",
+        list(topics),
+    )[0]
+    return None if row[0] is None else int(row[0])
+
+
+def partition_heads(conn: Connection, topic: str, after_position: int,
+                    up_to_position: int) -> dict[str, int]:
+    """Per partition of ``topic``, the highest position in (after, up_to]."""
+    q = conn.q
+    rows = conn.fetch_all(
+        f"SELECT {q('partition_key')}, MAX({q('position')}) FROM {q('queue_messages')} "  # noqa: S608 - names quoted, values bound
+        f"WHERE {q('topic')} = %s AND {q('position')} > %s AND {q('position')} <= %s "
+        f"GROUP BY {q('partition_key')}",
+        [topic, after_position, up_to_position],
+    )
+    return {str(r[0]): int(r[1]) for r in rows}
+
+
+def count_positions(conn: Connection, after_position: int, up_to_position: int) -> int:
+    """How many messages (of any topic) hold a position in (after, up_to]: positions are
+    handed out without gaps, so fewer than the range's width means some were collected."""
+    q = conn.q
+    return int(conn.fetch_all(
+        f"SELECT COUNT(*) FROM {q('queue_messages')} "  # noqa: S608 - names quoted, values bound
+        f"WHERE {q('position')} > %s AND {q('position')} <= %s",
+        [after_position, up_to_position],
+    )[0][0])
+
+
+def unsequenced(conn: Connection, limit: int) -> list[tuple[int, str, str]]:
+    """(offset, topic, key) of committed rows without a position, oldest first, locked
+    (see :meth:`django_sqlqueue.models.messages.QueueMessageManager.unsequenced`)."""
+    q = conn.q
+    rows = conn.fetch_all(
+        f"SELECT {q('offset')}, {q('topic')}, {q('message_key')} FROM {q('queue_messages')} "  # noqa: S608 - names quoted, values bound
+        f"WHERE {q('position')} IS NULL ORDER BY {q('offset')} LIMIT %s" + conn.skip_locked_sql(),
+        [limit],
+    )
+    return [(int(r[0]), r[1], r[2]) for r in rows]
+
+
+def assign_positions(conn: Connection, assignments: Sequence[tuple[int, int, str]]) -> None:
+    """Set (offset, position, partition) of sequenced rows in one statement."""
+    q = conn.q
+    cases = " ".join(["WHEN %s THEN %s"] * len(assignments))
+    positions: list[Any] = []
+    partitions: list[Any] = []
+    for offset, position, partition in assignments:
+        positions += [offset, position]
+        partitions += [offset, partition]
+    offsets = [a[0] for a in assignments]
+    table = q("queue_messages") + (" FORCE INDEX (PRIMARY)" if conn.vendor == "mysql" else "")
+    conn.execute(
+        f"UPDATE {table} SET {q('position')} = CASE {q('offset')} {cases} END, "  # noqa: S608 - names quoted, values bound
+        f"{q('partition_key')} = CASE {q('offset')} {cases} END "
+        f"WHERE {q('offset')} IN ({', '.join(['%s'] * len(offsets))})",
+        positions + partitions + offsets,
+    )
+
+
+def dead_letters_by_group(conn: Connection, topic: str) -> dict[str, int]:
+    """How many dead-letter copies of ``topic``'s messages each group made (in the log now)."""
+    q = conn.q
+    rows = conn.fetch_all(
+        f"SELECT {q('consumer_group')}, COUNT(*) FROM {q('queue_messages')} "  # noqa: S608 - names quoted, values bound
+        f"WHERE {q('original_topic')} = %s AND {q('consumer_group')} <> '' "
+        f"GROUP BY {q('consumer_group')}",
+        [topic],
+    )
+    return {str(r[0]): int(r[1]) for r in rows}
