@@ -8,6 +8,7 @@ from django.db import connection
 from django_sqlqueue import publish
 from django_sqlqueue.encoding import build_row
 from django_sqlqueue.models import ConsumerOffset, QueueMessage
+from django_sqlqueue.replays import GROUP_HEADER
 from django_sqlqueue.sequencing import partition_counts, sequence_all
 from django_sqlqueue.store import messages as message_store
 from django_sqlqueue.store.connection import open_connection
@@ -93,6 +94,18 @@ def test_a_grouped_stream_holds_gc_back_and_shows_lag(spark, tmp_path):
     ids, _ = run_stream(spark, tmp_path, group="analytics", maxRowsPerBatch="2")
     assert sorted(ids) == [f"g{i}" for i in range(7)]  # each message once
     assert ConsumerOffset.objects.unconsumed_counts("orders", ["analytics"], "default") == {"analytics": 1}
+
+
+def test_a_grouped_stream_passes_over_a_replay_meant_for_another_group(spark, tmp_path):
+    publish("orders", {"n": 1}, key="k", id="plain")
+    publish("orders", {"n": 2}, key="k", id="replay:7", headers={GROUP_HEADER: "billing"})
+    publish("orders", {"n": 3}, key="k", id="mine", headers={GROUP_HEADER: "analytics"})
+
+    grouped, _ = run_stream(spark, tmp_path, name="grouped", group="analytics")
+    everything, _ = run_stream(spark, tmp_path, name="all")
+
+    assert sorted(grouped) == ["mine", "plain"]
+    assert sorted(everything) == ["mine", "plain", "replay:7"]  # no group: the log as it is
 
 
 def test_a_stream_without_a_group_fails_when_gc_deleted_what_it_had_not_read(spark, tmp_path):

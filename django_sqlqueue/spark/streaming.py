@@ -31,6 +31,7 @@ from pyspark.sql.streaming.datasource import (
 
 from ..exceptions import SQLQueueError
 from ..partitioning import partition_names
+from ..replays import replay_target
 from ..store import heartbeats, offsets, sequencer
 from ..store import messages as message_store
 from ..store import topics as topic_store
@@ -39,6 +40,7 @@ from . import tables
 from .options import Options, SparkOptionError
 
 logger = logging.getLogger("django_sqlqueue.spark")
+HEADERS = message_store.READ_COLUMNS.index("headers")
 
 SUBSCRIBER_PREFIX = "spark:"  # heartbeat names of streams, told apart from runqueueworker's
 LIVE_WORKER_MS = 60_000  # a worker heartbeat this recent counts as a running worker
@@ -213,8 +215,14 @@ class SqlQueueStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 conn.rollback()
                 if not rows:
                     return
-                yield tables.to_batch("messages", rows)
                 after = int(rows[-1][1])
+                if options.group is not None:
+                    # A replayed dead letter is meant for the group that failed it only.
+                    rows = [row for row in rows
+                            if replay_target(row[HEADERS]) in (None, options.group)]
+                    if not rows:
+                        continue
+                yield tables.to_batch("messages", rows)
 
     def _check_data_loss(self, conn: Connection, partition: PositionRange) -> None:
         """Fail (or warn) if GC may have deleted messages of this range before it was read.
