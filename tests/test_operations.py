@@ -99,6 +99,22 @@ def test_overview_counts_a_dead_lettered_message_as_consumed():
     assert row.dead_letters == 1
 
 
+def test_overview_counts_messages_no_worker_has_sequenced_yet_as_lag():
+    register("billing")
+    register("shipping")
+    publish(2)  # sequenced
+    sqlqueue.publish_many(TOPIC, [{"payload": {"n": i}, "key": "k"} for i in range(3)])
+    sqlqueue.publish("payments", {"n": 0})  # another topic's backlog is not this one's lag
+
+    rows = {r.group: r for r in ops.overview(topic=TOPIC)}
+
+    assert rows["billing"].lag == 5 and rows["shipping"].lag == 5
+    assert rows["billing"].oldest_pending_age_seconds is not None
+    assert not rows["billing"].lag_estimated
+    sequence_all()
+    assert ops.overview(topic=TOPIC, group="billing")[0].lag == 5  # counted once, either way
+
+
 def test_overview_has_no_pending_age_when_nothing_is_pending():
     register("billing")
     stored = publish(2)

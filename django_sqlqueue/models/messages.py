@@ -221,6 +221,18 @@ class QueueMessageManager(models.Manager["QueueMessage"]):
         queue_msg_sequencing index): a backlog here means no worker is sequencing."""
         return int(self.using(using).filter(position__isnull=True)[:cap].count())
 
+    def unsequenced_by_topic(self, cap: int, using: str) -> dict[str, tuple[int, int]]:
+        """Committed messages still waiting for a position, per topic: (count, oldest
+        published_at), from the first ``cap`` in the sequencer's order (the
+        queue_msg_sequencing index), so the cost is bounded however large the backlog."""
+        waiting: dict[str, tuple[int, int]] = {}
+        rows = (self.using(using).filter(position__isnull=True).order_by("offset")
+                .values_list("topic", "published_at")[:cap])
+        for topic, published_at in rows:
+            count, oldest = waiting.get(topic, (0, int(published_at)))
+            waiting[topic] = (count + 1, min(oldest, int(published_at)))
+        return waiting
+
     def assign_positions(self, assignments: Sequence[tuple[int, int, str]], using: str) -> None:
         """Set (offset, position, partition) for sequenced rows, in one statement."""
         connection = connections[using]

@@ -15,7 +15,14 @@ from typing import Any
 from django.db.models import Count
 
 from ..conf import get_settings
-from ..models import ConsumerOffset, DeliveryState, GroupControl, SubscriberHeartbeat, Throughput
+from ..models import (
+    ConsumerOffset,
+    DeliveryState,
+    GroupControl,
+    QueueMessage,
+    SubscriberHeartbeat,
+    Throughput,
+)
 from ..models import dead_letters as dead_letter_rows
 from ..models.throughput import MINUTE_MS
 from .errors import UnknownSubscription
@@ -27,6 +34,8 @@ from .names import check_name, database_now_ms
 LAG_SAMPLE = 200
 WINDOW_CAP = 100_000  # delivery rows counted per group and topic at most
 DEAD_LETTER_CAP = 10_000  # dead letters counted per topic at most
+# Unsequenced messages read at most (over all topics); more make the lag an estimate.
+UNSEQUENCED_CAP = 10_000
 SPARKLINE_MINUTES = 60
 
 
@@ -82,6 +91,10 @@ def overview(*, topic: str | None = None, group: str | None = None, using: str =
     controls = GroupControl.objects.states(topics, using)
     first_minute = now_ms - now_ms % MINUTE_MS - (minutes - 1) * MINUTE_MS
     throughput = Throughput.objects.per_minute(first_minute, using, topics)
+    # Messages no worker has sequenced yet (none is running, say) are lag of every group of
+    # their topic: without them an overview of a stopped fleet would read "lag 0".
+    unsequenced = QueueMessage.objects.unsequenced_by_topic(UNSEQUENCED_CAP, using)
+    unsequenced_capped = sum(n for n, _ in unsequenced.values()) >= UNSEQUENCED_CAP
     dead: dict[str, dict[str, int]] = {
         t: dead_letter_rows.counts_by_group(t + conf.dlq_suffix, DEAD_LETTER_CAP, using)
         for t in topics
@@ -90,8 +103,12 @@ def overview(*, topic: str | None = None, group: str | None = None, using: str =
     for (t, g), partitions in sorted(pairs.items()):
         above, estimated = ConsumerOffset.objects.estimated_lag(g, t, LAG_SAMPLE, using)
         acked, in_flight = DeliveryState.objects.window_counts(g, t, now_ms, WINDOW_CAP, using)
+        waiting, oldest_waiting = unsequenced.get(t, (0, now_ms))
         lag = max(0, above - acked)
         oldest = ConsumerOffset.objects.oldest_pending(g, t, using) if lag else None
+        if waiting:
+            lag += waiting
+            oldest = oldest_waiting if oldest is None else min(oldest, oldest_waiting)
         series = throughput.get((g, t), {})
         minute_starts = [first_minute + i * MINUTE_MS for i in range(minutes)]
         dead_count = dead[t].get(g, 0)
@@ -104,7 +121,7 @@ def overview(*, topic: str | None = None, group: str | None = None, using: str =
             partitions=partitions,
             handled_per_minute=[series.get(m, (0, 0))[0] for m in minute_starts],
             failed_per_minute=[series.get(m, (0, 0))[1] for m in minute_starts],
-            lag_estimated=estimated,
+            lag_estimated=estimated or (bool(waiting) and unsequenced_capped),
             dead_letters_capped=sum(dead[t].values()) >= DEAD_LETTER_CAP,
         ))
     return rows
