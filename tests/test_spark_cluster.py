@@ -16,7 +16,7 @@ import pytest
 from django.db import connection
 
 from django_sqlqueue.models import QueueMessage
-from tests.spark_support import database_url
+from tests.spark_support import database_url, require_spark
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.spark, pytest.mark.slow]
 
@@ -41,7 +41,7 @@ def wait_for_port(port: int, timeout: float = 90) -> None:
 def cluster(tmp_path):
     if connection.vendor != "mysql":
         pytest.skip("the standalone-cluster run is made on MariaDB only (it takes a minute)")
-    pyspark = pytest.importorskip("pyspark", reason="the spark extra is not installed")
+    pyspark = require_spark()
     home = Path(pyspark.__file__).parent
     env = {**os.environ, "SPARK_HOME": str(home), "PYSPARK_PYTHON": sys.executable,
            "SPARK_LOCAL_IP": "127.0.0.1", "SPARK_WORKER_DIR": str(tmp_path / "work")}

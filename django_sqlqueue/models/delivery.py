@@ -268,36 +268,27 @@ class DeliveryStateManager(models.Manager["DeliveryState"]):
 
     def delete_acked(self, group: str, topic: str, refs: Sequence[MessageRef], using: str) -> int:
         """Drop acked rows the watermark has passed; they are never read again."""
-        if not refs:
-            return 0
-        connection = connections[using]
-        q = sqlb.quoter(connection)
-        deleted = 0
-        for batch in sqlb.chunks(list(refs), 500):
-            where, params = _refs_sql(q, batch)
-            deleted += sqlb.execute(
-                connection,
-                f"{sqlb.delete_from(connection, 'queue_delivery_state')} "
-                f"WHERE {q('consumer_group')} = %s "
-                f"AND {q('topic')} = %s AND {where} AND {q('acked')} = {vendor.true_sql(connection)}",
-                [group, topic, *params],
-            )
-        return deleted
+        return self._delete(group, topic, refs, using, acked_only=True)
 
     def delete_refs(self, group: str, topic: str, refs: Sequence[MessageRef], using: str) -> int:
         """Drop the group's rows of messages that were deleted from the log (a discarded
         or replayed dead letter), acked or not."""
+        return self._delete(group, topic, refs, using, acked_only=False)
+
+    def _delete(self, group: str, topic: str, refs: Sequence[MessageRef], using: str,
+                acked_only: bool) -> int:
         if not refs:
             return 0
         connection = connections[using]
         q = sqlb.quoter(connection)
+        acked_sql = f" AND {q('acked')} = {vendor.true_sql(connection)}" if acked_only else ""
         deleted = 0
         for batch in sqlb.chunks(list(refs), 500):
             where, params = _refs_sql(q, batch)
             deleted += sqlb.execute(
                 connection,
                 f"{sqlb.delete_from(connection, 'queue_delivery_state')} "
-                f"WHERE {q('consumer_group')} = %s AND {q('topic')} = %s AND {where}",
+                f"WHERE {q('consumer_group')} = %s AND {q('topic')} = %s AND {where}{acked_sql}",
                 [group, topic, *params],
             )
         return deleted

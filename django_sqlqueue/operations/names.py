@@ -5,7 +5,10 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from ..models import ConsumerOffset, LogSequencer
+from django.db import connections
+
+from ..db import vendor
+from ..models import ConsumerOffset
 from ..models.fields import GROUP_LENGTH, TOPIC_LENGTH
 from .errors import UnknownSubscription
 
@@ -36,4 +39,4 @@ def require_registered(group: str, topic: str, using: str) -> None:
 
 def database_now_ms(using: str) -> int:
     """The database clock, in epoch ms: every queue time is on it."""
-    return LogSequencer.objects.head(using)[2]
+    return vendor.database_now_ms(connections[using])
