@@ -89,11 +89,6 @@ class QueueBackend(BaseTaskBackend):
             raise InvalidTask(f"queue_name must be 1-{MAX_QUEUE_NAME} characters from "
                               f"[A-Za-z0-9._-], got {task.queue_name!r}")
         super().validate_task(task)
-        if not self.queues:
-            # Django accepts any queue name then, but a worker runs only the queues named.
-            raise InvalidTask(
-                f"TASKS[{self.alias!r}]['QUEUES'] is empty, so no worker would run queue "
-                f"{task.queue_name!r}: list the queues of this backend (sqlqueue.E056)")
         if task.run_after is not None:
             _check_run_after(task.run_after)
         if len(task.module_path) > TASK_PATH_LENGTH:
@@ -108,6 +103,13 @@ class QueueBackend(BaseTaskBackend):
 
     def enqueue(self, task: Any, args: Any, kwargs: Any) -> Any:
         self.validate_task(task)
+        if not self.queues:
+            # Django's validation accepts any queue name then, but workers run only the
+            # queues named. Refused here, not at import, so that the system check
+            # (sqlqueue.E056) gets to say what is wrong.
+            raise InvalidTask(
+                f"TASKS[{self.alias!r}]['QUEUES'] is empty, so no worker would run queue "
+                f"{task.queue_name!r}: list the queues of this backend (sqlqueue.E056)")
         try:
             args, kwargs = normalize_json(list(args)), normalize_json(dict(kwargs))
         except (TypeError, ValueError) as exc:

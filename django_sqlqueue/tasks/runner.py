@@ -204,6 +204,9 @@ class TaskRunner:
             row = self._started.pop(key)
         if row is None:
             return  # SUCCESSFUL already
+        # The attempt starts now (a batch handed out together starts as threads come free).
+        start = timezone.now()
+        row = replace_row(row, started_at=row.started_at or start, last_attempted_at=start)
         backend: Any = task_backends[row.backend]
         task = _import_task(row.task_path)
         if task is None:
@@ -220,8 +223,6 @@ class TaskRunner:
             lost = WorkerLost(f"no attempt left after {message.attempt - 1} deliveries")
             self._keep(key, _Ended(row, task, error=_error(lost), exception=lost, final=True))
             raise DeadLetter(f"{row.task_path}: no attempt left")
-        start = timezone.now()
-        row = replace_row(row, started_at=row.started_at or start, last_attempted_at=start)
         result = to_task_result(row, task)
         _send(task_started, backend, result)
         try:
