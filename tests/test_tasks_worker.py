@@ -247,17 +247,18 @@ def test_an_unknown_queue_is_refused_in_one_line():
 
 def test_started_at_is_when_each_task_s_handler_started_not_when_the_batch_was_handed_out(workers):
     # One thread: the three are handed out together and start one after the other.
-    results = [tasks.remember.enqueue(f"one-by-one-{n}", 0.3) for n in range(3)]
+    results = [tasks.remember.enqueue(f"one-by-one-{n}", 0.5) for n in range(3)]
     worker = workers.start("tasks-started", "--queue", "ordered", "--concurrency", "1")
     fresh = [finished(result, watch=[worker]) for result in results]
     ran = {r.key: r.handled_at for r in runs_like("one-by-one-")}
     for result in fresh:
         handler_ran = ran[result.args[0]]
         assert result.started_at == result.last_attempted_at
-        # The task recorded its run right after its handler started.
-        assert 0 <= handler_ran - result.started_at.timestamp() < 0.25
+        # The task recorded its run right after its handler started (the task_started
+        # receiver's insert comes between), not up to a second later.
+        assert 0 <= handler_ran - result.started_at.timestamp() < 0.4
     starts = sorted(r.started_at for r in fresh)
-    assert all(later - earlier >= timedelta(seconds=0.25)
+    assert all(later - earlier >= timedelta(seconds=0.45)
                for earlier, later in zip(starts, starts[1:], strict=False))
 
 
