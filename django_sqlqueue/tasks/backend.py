@@ -1,8 +1,8 @@
 """``QueueBackend``: Django's Tasks framework on top of the queue.
 
-``enqueue`` writes the task's result row and publishes its message in one transaction on
-the caller's connection: inside ``transaction.atomic`` the task exists only if the block
-commits. ``runqueueworker`` runs the task queues (see :mod:`django_sqlqueue.tasks.runner`).
+``enqueue`` publishes the task's message on the caller's connection: inside
+``transaction.atomic`` the task exists only if the block commits. ``runqueueworker`` runs
+the task queues and writes the results (see :mod:`django_sqlqueue.tasks.runner`).
 """
 
 from __future__ import annotations
