@@ -214,3 +214,20 @@ def check_sqlite_transaction_mode(
                 id="sqlqueue.W002",
             ))
     return warnings
+
+
+# --------------------------------------------------------------------------- tasks
+
+
+@register("sqlqueue")
+def check_task_backends(
+    app_configs: Sequence[AppConfig] | None = None, **kwargs: Any,
+) -> list[CheckMessage]:
+    """The ``django_sqlqueue.tasks.QueueBackend`` entries of ``TASKS`` (``sqlqueue.E050`` …
+    ``E057``). Django checks a Tasks backend only once something has imported
+    ``django.tasks``; this check runs whether or not anything did."""
+    try:
+        from .tasks.checks import task_backend_errors
+    except ImportError:  # no Tasks framework: Django 5.2 without the django-tasks backport
+        return []
+    return task_backend_errors()

@@ -15,6 +15,7 @@ from django_sqlqueue.checks import (
     check_database_isolation,
     check_settings,
     check_sqlite_transaction_mode,
+    check_task_backends,
 )
 from django_sqlqueue.conf import DEFAULTS, get_settings
 
@@ -421,3 +422,71 @@ def test_get_settings_follows_override_settings():
         inside = get_settings().max_attempts
 
     assert (inside, get_settings().max_attempts) == (before + 1, before)
+
+
+# --------------------------------------------------------------------------- tasks
+
+QUEUE_BACKEND = "django_sqlqueue.tasks.QueueBackend"
+
+
+def task_check_ids(tasks_setting) -> list[str]:
+    with override_settings(TASKS=tasks_setting):
+        return [error.id for error in check_task_backends()]
+
+
+def test_a_valid_tasks_setting_passes():
+    assert task_check_ids({"default": {"BACKEND": QUEUE_BACKEND, "QUEUES": ["default", "emails"],
+                                       "OPTIONS": {"MAX_ATTEMPTS": 3}}}) == []
+
+
+def test_a_queue_backend_without_queues_has_the_default_queue_and_passes():
+    assert task_check_ids({"default": {"BACKEND": QUEUE_BACKEND}}) == []
+
+
+@pytest.mark.parametrize(("options", "check_id"), [
+    ({"MAX_ATTEMPTS": 0}, "sqlqueue.E051"),
+    ({"BACKOFF": 5}, "sqlqueue.E052"),
+    ({"VISIBILITY_TIMEOUT": -1}, "sqlqueue.E053"),
+    ({"RESULT_RETENTION": "a week"}, "sqlqueue.E054"),
+    ({"RETRIES": 3}, "sqlqueue.E050"),
+])
+def test_a_bad_task_backend_option_has_its_own_id(options, check_id):
+    assert task_check_ids({"default": {"BACKEND": QUEUE_BACKEND, "QUEUES": ["default"],
+                                       "OPTIONS": options}}) == [check_id]
+
+
+def test_a_queue_name_that_cannot_name_a_topic_is_e055():
+    assert task_check_ids({"default": {"BACKEND": QUEUE_BACKEND,
+                                       "QUEUES": ["has space"]}}) == ["sqlqueue.E055"]
+
+
+@pytest.mark.parametrize("queues", [[], (), "default", None, [["default"]]])
+def test_queues_that_are_not_a_non_empty_list_of_names_are_e056(queues):
+    with override_settings(TASKS={"default": {"BACKEND": QUEUE_BACKEND, "QUEUES": queues}}):
+        [error] = check_task_backends()
+    assert error.id == "sqlqueue.E056"
+    assert "TASKS['default']['QUEUES']" in error.msg
+    assert error.hint and "'QUEUES': ['default', 'emails']" in error.hint
+
+
+def test_a_queue_named_by_two_queue_backends_is_e057():
+    with override_settings(TASKS={
+        "default": {"BACKEND": QUEUE_BACKEND, "QUEUES": ["default", "emails"]},
+        "other": {"BACKEND": QUEUE_BACKEND, "QUEUES": ["emails"]},
+    }):
+        [error] = check_task_backends()
+    assert error.id == "sqlqueue.E057"
+    assert "'emails' is in TASKS['default'] and TASKS['other']" in error.msg
+
+
+def test_other_task_backends_are_not_checked():
+    assert task_check_ids({"default": {
+        "BACKEND": "django.tasks.backends.immediate.ImmediateBackend", "QUEUES": []}}) == []
+
+
+def test_task_backend_errors_are_reported_once_by_a_full_check_run():
+    # Django's own Tasks check runs too (the test settings import django.tasks); the
+    # backend leaves its settings to this app's check, so nothing is reported twice.
+    with override_settings(TASKS={"default": {"BACKEND": QUEUE_BACKEND, "QUEUES": []}}):
+        ids = [message.id for message in run_checks()]
+    assert ids.count("sqlqueue.E056") == 1

@@ -3,7 +3,8 @@ what get_result reads. Running tasks is in test_tasks_worker.py."""
 
 from __future__ import annotations
 
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
+from zoneinfo import ZoneInfo
 
 import pytest
 from django.db import transaction
@@ -13,7 +14,7 @@ from django.utils import timezone
 from django_sqlqueue.exceptions import ConfigurationError
 from django_sqlqueue.models import QueueMessage, TaskResultRecord
 from django_sqlqueue.rows import decode_json
-from django_sqlqueue.tasks import InvalidTaskArguments, QueueBackend
+from django_sqlqueue.tasks import InvalidTaskArguments, QueueBackend, task_options
 from django_sqlqueue.tasks.compat import (
     SOURCE,
     InvalidTask,
@@ -135,29 +136,50 @@ def test_a_naive_run_after_is_an_invalid_task():
 def test_max_attempts_out_of_range_is_an_invalid_task(attempts):
     with pytest.raises(InvalidTask, match="max_attempts"):
         tasks.task(max_attempts=attempts)(tasks.add.func)
+    with pytest.raises(InvalidTask, match="max_attempts"):
+        task_options(max_attempts=attempts)
 
 
-@pytest.mark.parametrize(("options", "check_id"), [
-    ({"MAX_ATTEMPTS": 0}, "sqlqueue.E051"),
-    ({"BACKOFF": 5}, "sqlqueue.E052"),
-    ({"VISIBILITY_TIMEOUT": -1}, "sqlqueue.E053"),
-    ({"RESULT_RETENTION": "a week"}, "sqlqueue.E054"),
-    ({"RETRIES": 3}, "sqlqueue.E050"),
+def test_a_backoff_without_a_delay_method_is_an_invalid_task():
+    with pytest.raises(InvalidTask, match="backoff"):
+        task_options(backoff=5)  # type: ignore[arg-type]
+
+
+# --------------------------------------------------------------------------- queues
+
+
+def test_an_empty_queues_list_refuses_every_queue_at_enqueue():
+    # Django reads QUEUES = [] as "any queue"; no worker runs any queue of it.
+    empty = {"default": {"BACKEND": "django_sqlqueue.tasks.QueueBackend", "QUEUES": []}}
+    with override_settings(TASKS=empty):
+        # Tasks still import (the system check, sqlqueue.E056, says what is wrong) ...
+        anywhere = tasks.add.using(queue_name="anything")
+        for task in (tasks.add, anywhere):
+            # ... but none is enqueued.
+            with pytest.raises(InvalidTask, match=r"QUEUES'\] is empty"):
+                task.enqueue(1, 2)
+    assert not QueueMessage.objects.exists()
+
+
+# --------------------------------------------------------------------------- run_after
+
+
+@pytest.mark.parametrize("run_after", [
+    datetime(9999, 12, 31, tzinfo=UTC),
+    timezone.now() + timedelta(days=365_251),  # beyond the longest delay (1,000 years)
+    datetime(1969, 12, 31, 23, 59, tzinfo=UTC),  # before the epoch due times count from
+    datetime(1, 1, 2, tzinfo=ZoneInfo("Asia/Tokyo")),
 ])
-def test_bad_options_are_reported_by_system_checks(options, check_id):
-    tasks_setting = {"default": {"BACKEND": "django_sqlqueue.tasks.QueueBackend",
-                                 "QUEUES": ["default"], "OPTIONS": options}}
-    with override_settings(TASKS=tasks_setting):
-        ids = [error.id for error in task_backends["default"].check()]
-    assert check_id in ids
+def test_a_run_after_out_of_range_is_an_invalid_task(run_after):
+    with pytest.raises(InvalidTask, match="run_after must be"):
+        tasks.add.using(run_after=run_after).enqueue(1, 2)
+    assert not QueueMessage.objects.exists()
 
 
-def test_a_queue_name_that_cannot_name_a_topic_is_reported_by_system_checks():
-    tasks_setting = {"default": {"BACKEND": "django_sqlqueue.tasks.QueueBackend",
-                                 "QUEUES": ["has space"]}}
-    with override_settings(TASKS=tasks_setting):
-        ids = [error.id for error in task_backends["default"].check()]
-    assert ids == ["sqlqueue.E055"]
+def test_a_run_after_at_the_far_end_of_the_range_is_enqueued():
+    run_after = timezone.now() + timedelta(days=365_000)
+    result = tasks.add.using(run_after=run_after).enqueue(1, 2)
+    assert tasks.add.get_result(result.id).task.run_after == run_after
 
 
 def test_two_backends_sharing_a_queue_name_are_refused_when_a_worker_starts():

@@ -16,7 +16,7 @@ from django_sqlqueue.models import QueueMessage, TaskResultRecord
 from django_sqlqueue.tasks.compat import TaskResultDoesNotExist, TaskResultStatus
 from tests.testapp import tasks
 from tests.testapp.models import Handled
-from tests.worker_harness import run_manage, wait_until, worker_pool
+from tests.worker_harness import run_command, run_manage, wait_until, worker_pool
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.worker]
 
@@ -240,3 +240,110 @@ def test_an_unknown_queue_is_refused_in_one_line():
     out = run_manage("runqueueworker", "--queue", "nowhere")
     assert out.returncode == 2
     assert "unknown task queue(s): 'nowhere'" in out.stderr
+
+
+# --------------------------------------------------------------------------- timings
+
+
+def test_started_at_is_when_each_task_s_handler_started_not_when_the_batch_was_handed_out(workers):
+    # One thread: the three are handed out together and start one after the other.
+    results = [tasks.remember.enqueue(f"one-by-one-{n}", 0.5) for n in range(3)]
+    worker = workers.start("tasks-started", "--queue", "ordered", "--concurrency", "1")
+    fresh = [finished(result, watch=[worker]) for result in results]
+    ran = {r.key: r.handled_at for r in runs_like("one-by-one-")}
+    for result in fresh:
+        handler_ran = ran[result.args[0]]
+        assert result.started_at == result.last_attempted_at
+        # The task recorded its run right after its handler started (the task_started
+        # receiver's insert comes between), not up to a second later.
+        assert 0 <= handler_ran - result.started_at.timestamp() < 0.4
+    starts = sorted(r.started_at for r in fresh)
+    assert all(later - earlier >= timedelta(seconds=0.45)
+               for earlier, later in zip(starts, starts[1:], strict=False))
+
+
+# --------------------------------------------------------------------------- failures
+
+
+def test_a_failed_task_s_task_finished_is_sent_while_its_exception_is_handled(workers):
+    result = tasks.always_fails.enqueue("logged")
+    worker = workers.start("tasks-exc-info", "--queue", "default")
+    finished(result, watch=[worker])
+    # Django's log receiver of task_finished logs sys.exc_info() with a FAILED task.
+    [handled] = wait_until(lambda: list(Handled.objects.filter(
+        group="signal-exc-info", key=f"finished:{result.id}")), what="task_finished")
+    assert "ValueError: boom logged" in handled.payload
+    assert "always_fails" in handled.payload  # the task's own frame
+    assert not Handled.objects.filter(group="signal-exc-info", key=f"started:{result.id}")
+
+
+def test_keyboard_interrupt_in_a_task_stops_the_worker_and_the_task_runs_again(workers):
+    result = tasks.interrupted_once.enqueue("interrupt")
+    first = workers.start("tasks-interrupt-a", "--queue", "default")
+    # As Ctrl-C would: the worker finishes what runs, records it and exits 0.
+    assert first.wait_exit(15) == 0
+    assert "KeyboardInterrupt" in first.stderr
+    interrupted = tasks.interrupted_once.get_result(result.id)
+    assert interrupted.status == TaskResultStatus.READY  # not FAILED: it runs again
+    assert [e.exception_class_path for e in interrupted.errors] == ["builtins.KeyboardInterrupt"]
+    second = workers.start("tasks-interrupt-b", "--queue", "default")
+    fresh = finished(result, watch=[second])
+    assert (fresh.status, fresh.return_value) == (TaskResultStatus.SUCCESSFUL, 2)
+    assert fresh.worker_ids == ["tasks-interrupt-a", "tasks-interrupt-b"]
+
+
+def test_after_a_replay_the_context_counts_the_attempts_of_the_new_run(workers):
+    result = tasks.fails_counting.enqueue("recount")  # max_attempts=2
+    worker = workers.start("tasks-recount", "--queue", "default")
+    finished(result, watch=[worker])
+    dead = wait_until(lambda: QueueMessage.objects.filter(topic="tasks.default_dlq").first(),
+                      what="the dead-letter copy", watch=[worker])
+    assert operations.replay(operations.DeadLetterFilter(ids=(dead.offset,))).replayed == 1
+    wait_until(lambda: len(runs("recount")) == 4 or None, what="the replay's two attempts",
+               watch=[worker])
+    fresh = finished(result, watch=[worker])
+    # context.attempt runs 1..max_attempts in each run; the result counts every attempt.
+    assert [(r.attempt, r.payload) for r in runs("recount")] == [(1, 1), (2, 2), (1, 3), (2, 4)]
+    assert (fresh.status, fresh.attempts, len(fresh.errors)) == (TaskResultStatus.FAILED, 4, 4)
+
+
+# --------------------------------------------------------------------------- burst
+
+
+def test_burst_waits_for_a_retry_due_within_its_run():
+    result = tasks.fails_once_then_waits.enqueue("burst-retry")  # retried after 1 s
+    started = time.monotonic()
+    out = run_command("--queue", "default", "--burst", "--name", "tasks-burst")
+    assert out.returncode == 0, out.stderr
+    fresh = tasks.add.get_backend().get_result(result.id)
+    assert (fresh.status, fresh.return_value) == (TaskResultStatus.SUCCESSFUL, 2)
+    assert time.monotonic() - started >= 1.0
+
+
+def test_burst_does_not_wait_for_a_task_whose_run_after_is_ahead():
+    later = tasks.add.using(run_after=timezone.now() + timedelta(hours=1)).enqueue(1, 2)
+    now = tasks.add.enqueue(3, 4)
+    out = run_command("--queue", "default", "--burst", "--name", "tasks-burst-later")
+    assert out.returncode == 0, out.stderr
+    assert tasks.add.get_result(now.id).return_value == 7
+    assert tasks.add.get_result(later.id).status == TaskResultStatus.READY
+
+
+# --------------------------------------------------------------------------- retention
+
+
+def test_an_idle_worker_prunes_results_past_their_retention_on_its_own_schedule(workers):
+    old = timezone.now() - timedelta(days=8)  # RESULT_RETENTION: 7 days by default
+    common = {"task_path": "tests.testapp.tasks.add", "backend": "default",
+              "queue_name": "default", "enqueued_at": old, "finished_at": old}
+    TaskResultRecord.objects.create(id="old-before-start", status="SUCCESSFUL", **common)
+    TaskResultRecord.objects.create(id="kept", status="SUCCESSFUL",
+                                    **{**common, "finished_at": timezone.now()})
+    # GC_INTERVAL sets the pruning cadence; no task runs in this test.
+    worker = workers.start("tasks-prune", "--queue", "default", settings={"GC_INTERVAL": 0.5})
+    wait_until(lambda: not TaskResultRecord.objects.filter(id="old-before-start").exists(),
+               what="the pruning at start", watch=[worker])
+    TaskResultRecord.objects.create(id="old-after-start", status="FAILED", **common)
+    wait_until(lambda: not TaskResultRecord.objects.filter(id="old-after-start").exists(),
+               what="a later pruning", watch=[worker])
+    assert list(TaskResultRecord.objects.values_list("id", flat=True)) == ["kept"]

@@ -6,6 +6,7 @@ import functools
 import inspect
 import logging
 import re
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from importlib import import_module
@@ -36,6 +37,9 @@ class SubscriptionHooks(Protocol):
 
     def recorded(self, outcomes: list[Outcome], using: str) -> None:
         """The handlers' ``outcomes`` (acks, retries, dead letters) are being recorded."""
+
+    def started(self, stopping: threading.Event, stop: Callable[[], None], using: str) -> None:
+        """The worker started; it sets ``stopping`` when it stops, and ``stop()`` stops it."""
 
 
 @dataclass(frozen=True)

@@ -3,9 +3,14 @@
     TASKS = {"default": {"BACKEND": "django_sqlqueue.tasks.QueueBackend",
                          "QUEUES": ["default", "emails"], "OPTIONS": {"MAX_ATTEMPTS": 3}}}
 
+    @task(queue_name="emails")
+    @task_options(max_attempts=10)      # any backend accepts it; this one reads it
+    def send_welcome(user_id): ...
+
 See docs/tasks.md. On Django 5.2 this needs the ``django-tasks`` backport package.
 """
 
 from .backend import InvalidTaskArguments, QueueBackend, QueueTask
+from .options import task_options
 
-__all__ = ["InvalidTaskArguments", "QueueBackend", "QueueTask"]
+__all__ = ["InvalidTaskArguments", "QueueBackend", "QueueTask", "task_options"]

@@ -1,8 +1,8 @@
 """``QueueBackend``: Django's Tasks framework on top of the queue.
 
-``enqueue`` writes the task's result row and publishes its message in one transaction on
-the caller's connection: inside ``transaction.atomic`` the task exists only if the block
-commits. ``runqueueworker`` runs the task queues (see :mod:`django_sqlqueue.tasks.runner`).
+``enqueue`` publishes the task's message on the caller's connection: inside
+``transaction.atomic`` the task exists only if the block commits. ``runqueueworker`` runs
+the task queues and writes the results (see :mod:`django_sqlqueue.tasks.runner`).
 """
 
 from __future__ import annotations
@@ -10,14 +10,16 @@ from __future__ import annotations
 import re
 import uuid
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
-from django.core.checks import CheckMessage, Error
+from django.core.checks import CheckMessage
 from django.db import connections, router, transaction
+from django.utils import timezone
 
 from ..consuming.backoff import Backoff
 from ..db import vendor
+from ..encoding import MAX_DELAY
 from ..exceptions import InvalidMessage
 from ..models import QueueMessage, TaskResultRecord
 from ..models.fields import MAX_TOPIC_LENGTH
@@ -37,8 +39,7 @@ from .compat import (
 from .options import (
     MAX_TASK_ATTEMPTS,
     TOPIC_PREFIX,
-    TaskOptions,
-    option_errors,
+    BackendOptions,
     topic_for,
     valid_attempts,
     valid_backoff,
@@ -46,7 +47,9 @@ from .options import (
 from .results import load_task_path, to_task_result
 
 _QUEUE_RE = re.compile(r"[A-Za-z0-9._-]+")  # the whole name: use fullmatch
-_MAX_QUEUE = min(QUEUE_NAME_LENGTH, MAX_TOPIC_LENGTH - len(TOPIC_PREFIX))
+MAX_QUEUE_NAME = min(QUEUE_NAME_LENGTH, MAX_TOPIC_LENGTH - len(TOPIC_PREFIX))
+# The earliest run_after: due times are stored as milliseconds since the epoch.
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 
 class InvalidTaskArguments(InvalidMessage, TypeError):
@@ -56,7 +59,10 @@ class InvalidTaskArguments(InvalidMessage, TypeError):
 @dataclass(frozen=True, slots=True, kw_only=True)
 class QueueTask(Task):
     """A Task with per-task retry settings: ``@task(max_attempts=3, backoff=...)`` on
-    Django 6.1, which passes extra ``@task`` arguments on to the backend's task class."""
+    Django 6.1, which passes extra ``@task`` arguments on to the backend's task class.
+
+    Only this backend's task class takes them: ``task_options()`` works with any backend.
+    """
 
     max_attempts: int | None = None
     backoff: Backoff | None = None
@@ -73,17 +79,18 @@ class QueueBackend(BaseTaskBackend):
 
     def __init__(self, alias: str, params: dict[str, Any]) -> None:
         super().__init__(alias, params)
-        self.task_options = TaskOptions.from_dict(
+        self.queue_options = BackendOptions.from_dict(
             self.options if isinstance(self.options, dict) else {})
 
     # ----------------------------------------------------------------- Django's API
 
     def validate_task(self, task: Any) -> None:
-        super().validate_task(task)
-        if not isinstance(task.queue_name, str) or not _QUEUE_RE.fullmatch(task.queue_name) \
-                or len(task.queue_name) > _MAX_QUEUE:
-            raise InvalidTask(f"queue_name must be 1-{_MAX_QUEUE} characters from "
+        if not self.queue_name_ok(task.queue_name):
+            raise InvalidTask(f"queue_name must be 1-{MAX_QUEUE_NAME} characters from "
                               f"[A-Za-z0-9._-], got {task.queue_name!r}")
+        super().validate_task(task)
+        if task.run_after is not None:
+            _check_run_after(task.run_after)
         if len(task.module_path) > TASK_PATH_LENGTH:
             raise InvalidTask(f"the task's module path is over {TASK_PATH_LENGTH} characters")
         attempts = getattr(task, "max_attempts", None)
@@ -96,6 +103,13 @@ class QueueBackend(BaseTaskBackend):
 
     def enqueue(self, task: Any, args: Any, kwargs: Any) -> Any:
         self.validate_task(task)
+        if not self.queues:
+            # Django's validation accepts any queue name then, but workers run only the
+            # queues named. Refused here, not at import, so that the system check
+            # (sqlqueue.E056) gets to say what is wrong.
+            raise InvalidTask(
+                f"TASKS[{self.alias!r}]['QUEUES'] is empty, so no worker would run queue "
+                f"{task.queue_name!r}: list the queues of this backend (sqlqueue.E056)")
         try:
             args, kwargs = normalize_json(list(args)), normalize_json(dict(kwargs))
         except (TypeError, ValueError) as exc:
@@ -111,9 +125,12 @@ class QueueBackend(BaseTaskBackend):
         payload = {"id": result_id, "task": task.module_path, "backend": self.alias,
                    "args": args, "kwargs": kwargs, "priority": task.priority,
                    "run_after": run_after}
+        delay = _delay_until(task.run_after, alias)
+        if delay > MAX_DELAY.total_seconds():  # by the database's clock, this time
+            raise _out_of_range(task.run_after)
         try:
             stored = publish_new(topic_for(task.queue_name), payload, id=result_id,
-                             delay=_delay_until(task.run_after, alias), using=alias)
+                                 delay=delay, using=alias)
         except InvalidMessage as exc:
             raise InvalidTaskArguments(f"{task.module_path}: {exc}") from exc
         result = _ready_result(task, result_id, args, kwargs, stored.published_at, self.alias)
@@ -143,19 +160,16 @@ class QueueBackend(BaseTaskBackend):
                              epoch_ms_to_datetime(message.published_at), payload["backend"])
 
     def check(self, **kwargs: Any) -> list[CheckMessage]:
-        errors: list[CheckMessage] = [
-            Error(message, hint="See 'Settings' in docs/tasks.md.", id=check_id,
-                  obj=f"TASKS[{self.alias!r}]")
-            for check_id, message in option_errors(self.options)
-        ]
-        bad = sorted(q for q in self.queues
-                     if not isinstance(q, str) or not _QUEUE_RE.fullmatch(q) or len(q) > _MAX_QUEUE)
-        if bad:
-            errors.append(Error(
-                f"QUEUES {', '.join(map(repr, bad))}: a queue name must be 1-{_MAX_QUEUE} "
-                "characters from [A-Za-z0-9._-] (it names the topic tasks.<queue>)",
-                hint="Rename the queue.", id="sqlqueue.E055", obj=f"TASKS[{self.alias!r}]"))
-        return errors
+        """Nothing here: django_sqlqueue's own system checks report this backend's settings
+        (``sqlqueue.E050`` …), since Django runs this method only once something imported
+        ``django.tasks``."""
+        return []
+
+    @staticmethod
+    def queue_name_ok(name: Any) -> bool:
+        """Whether ``name`` can name a queue (its topic is ``tasks.<name>``)."""
+        return (isinstance(name, str) and bool(_QUEUE_RE.fullmatch(name))
+                and len(name) <= MAX_QUEUE_NAME)
 
 
 def _ready_result(task: Any, result_id: str, args: Any, kwargs: Any, enqueued_at: datetime,
@@ -165,6 +179,24 @@ def _ready_result(task: Any, result_id: str, args: Any, kwargs: Any, enqueued_at
         started_at=None, finished_at=None, last_attempted_at=None, args=args, kwargs=kwargs,
         backend=backend, errors=[], worker_ids=[],
     )
+
+
+def _out_of_range(run_after: Any) -> InvalidTask:
+    return InvalidTask(f"run_after must be from 1970-01-01 UTC to at most {MAX_DELAY.days:,} "
+                       f"days (1,000 years) ahead, got {run_after!r}")
+
+
+def _check_run_after(run_after: datetime) -> None:
+    """InvalidTask for a run_after the queue cannot hold as a due time (judged by this
+    server's clock here; enqueue judges it again by the database's)."""
+    try:
+        if timezone.is_naive(run_after):  # USE_TZ = False: the current time zone's time
+            run_after = timezone.make_aware(run_after)
+        ok = run_after >= _EPOCH and run_after - datetime.now(UTC) <= MAX_DELAY
+    except (TypeError, ValueError, OverflowError) as exc:
+        raise _out_of_range(run_after) from exc
+    if not ok:
+        raise _out_of_range(run_after)
 
 
 def _delay_until(run_after: datetime | None, alias: str) -> float:

@@ -1,4 +1,5 @@
-"""A task backend's ``OPTIONS``, with their defaults, and the names tasks travel under.
+"""A task backend's ``OPTIONS`` and each task's own retry settings, with their defaults,
+and the names tasks travel under.
 
 A task queue ``Q`` is the topic ``tasks.Q``, consumed by the consumer group ``tasks``; a
 task that fails every attempt lands in ``tasks.Q`` + ``SQLQUEUE["DLQ_SUFFIX"]``.
@@ -6,12 +7,14 @@ task that fails every attempt lands in ``tasks.Q`` + ``SQLQUEUE["DLQ_SUFFIX"]``.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from ..conf import MAX_SECONDS, get_settings, is_seconds
 from ..consuming.backoff import Backoff, ExponentialBackoff
 from ..models.task_results import TASK_GROUP, TASK_TOPIC_PREFIX
+from .compat import InvalidTask, Task
 
 TOPIC_PREFIX = TASK_TOPIC_PREFIX
 GROUP = TASK_GROUP
@@ -29,14 +32,16 @@ def topic_for(queue_name: str) -> str:
 
 
 @dataclass(frozen=True)
-class TaskOptions:
+class BackendOptions:
+    """A ``QueueBackend``'s ``OPTIONS``, defaults filled in."""
+
     max_attempts: int
     backoff: Backoff
     visibility_timeout: float
     result_retention: float | None
 
     @classmethod
-    def from_dict(cls, options: dict[str, Any]) -> TaskOptions:
+    def from_dict(cls, options: dict[str, Any]) -> BackendOptions:
         """The options with defaults filled in; bad values are reported by ``check()``
         (``sqlqueue.E050`` …) and replaced by defaults here so that checks can run."""
         conf = get_settings()
@@ -85,3 +90,56 @@ def option_errors(options: Any) -> list[tuple[str, str]]:
         errors.append(("sqlqueue.E054", f"OPTIONS['RESULT_RETENTION'] must be seconds > 0, at "
                        f"most {MAX_SECONDS:.0f}, or None to keep results, got {retention!r}"))
     return errors
+
+
+# ------------------------------------------------------------------ per-task settings
+
+_CARRIER = "sqlqueue_task_options"  # the attribute task_options() sets on the function
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class PerTaskOptions:
+    """What ``task_options()`` attached to a task function; None: the backend's OPTIONS."""
+
+    max_attempts: int | None = None
+    backoff: Backoff | None = None
+
+
+def task_options(*, max_attempts: int | None = None,
+                 backoff: Backoff | None = None) -> Callable[[T], T]:
+    """Retry settings of one task, read by ``QueueBackend`` and harmless to any other
+    backend (Django's ImmediateBackend and DummyBackend ignore them)::
+
+        @task(queue_name="emails")
+        @task_options(max_attempts=10, backoff=ExponentialBackoff(base=5, cap=600))
+        def sync_invoice(invoice_id): ...
+
+    The settings ride on the function itself, so ``@task`` gets a plain function whatever
+    backend is configured. Above ``@task`` it works as well. Bad values raise InvalidTask.
+    """
+    if max_attempts is not None and not valid_attempts(max_attempts):
+        raise InvalidTask(f"max_attempts must be an int from 1 to {MAX_TASK_ATTEMPTS}, "
+                          f"got {max_attempts!r}")
+    if backoff is not None and not valid_backoff(backoff):
+        raise InvalidTask(f"backoff must have a delay(attempt) method, got {backoff!r}")
+    carried = PerTaskOptions(max_attempts=max_attempts, backoff=backoff)
+
+    def attach(target: T) -> T:
+        func = target.func if isinstance(target, Task) else target
+        if not callable(func):
+            raise InvalidTask(f"task_options() decorates a task function, got {target!r}")
+        setattr(func, _CARRIER, carried)
+        return target
+
+    return attach
+
+
+def retry_settings(task: Any, defaults: BackendOptions) -> tuple[int, Backoff]:
+    """(max_attempts, backoff) of ``task``: ``@task(max_attempts=...)`` on this backend's
+    task class, else ``task_options()``, else the backend's OPTIONS."""
+    carried = getattr(task.func, _CARRIER, None) or PerTaskOptions()
+    max_attempts = (getattr(task, "max_attempts", None) or carried.max_attempts
+                    or defaults.max_attempts)
+    backoff = getattr(task, "backoff", None) or carried.backoff or defaults.backoff
+    return max_attempts, backoff

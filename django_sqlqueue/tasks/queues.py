@@ -44,7 +44,7 @@ def task_subscriptions(queues: dict[str, str], worker_id: str) -> list[Subscript
     from .compat import task_backends
     from .runner import TaskRunner
 
-    runner = TaskRunner(worker_id)
+    runner = TaskRunner(worker_id, sorted(set(queues.values())))
     conf = get_settings()
     subscriptions = []
     for queue, alias in sorted(queues.items()):
@@ -54,10 +54,10 @@ def task_subscriptions(queues: dict[str, str], worker_id: str) -> list[Subscript
             # The runner decides when a task has had its attempts (each task may set its
             # own); the subscription only stops a message whose workers keep dying.
             max_attempts=MAX_TASK_ATTEMPTS,
-            visibility_timeout=backend.task_options.visibility_timeout,
+            visibility_timeout=backend.queue_options.visibility_timeout,
             # Tasks have no key and no order: concurrent mode, never strict.
             batch_size=max(2, conf.batch_size),
-            backoff=backend.task_options.backoff, auto_extend=True, priority_of=_priority,
+            backoff=backend.queue_options.backoff, auto_extend=True, priority_of=_priority,
             hooks=runner,
         ))
     return subscriptions

@@ -12,7 +12,12 @@ the queue's state always agree:
   FAILED (the message goes to the dead-letter topic in the same transaction).
 
 Signals are sent like Django's own backends send them: ``task_started`` as each attempt
-starts, ``task_finished`` once the task is SUCCESSFUL or FAILED and that is committed.
+starts, ``task_finished`` once the task is SUCCESSFUL or FAILED and that is committed
+(for a FAILED task, while its exception is being handled, so Django's log receiver logs
+its traceback).
+
+A ``KeyboardInterrupt`` raised by a task is not a failure of the task: as in Django's
+own backends it goes on up, here to the worker, which stops as on Ctrl-C.
 """
 
 from __future__ import annotations
@@ -20,13 +25,13 @@ from __future__ import annotations
 import json
 import logging
 import threading
-import time
+from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import datetime
 from traceback import format_exception
 from typing import Any
 
-from django.db import router, transaction
+from django.db import transaction
 from django.utils import timezone
 from django.utils.module_loading import import_string
 
@@ -44,11 +49,12 @@ from .compat import (
     task_finished,
     task_started,
 )
+from .options import retry_settings
 from .results import to_task_result
+from .retention import ResultPruner
 
 logger = logging.getLogger("django_sqlqueue.tasks")
 
-PRUNE_INTERVAL = 60.0  # seconds between two prunings of old results by one worker
 Attempt = tuple[str, int, int]  # (topic, offset, attempt) of one delivery
 
 
@@ -56,28 +62,49 @@ class WorkerLost(SQLQueueError):
     """Recorded as the error of an attempt whose worker stopped before it finished."""
 
 
+@dataclass(frozen=True, kw_only=True)
+class QueueTaskContext(TaskContext):  # type: ignore[misc]  # frozen at run time too
+    """The context of a ``takes_context=True`` task. ``attempt`` counts the attempts of
+    the current run, 1 to max_attempts: a replay of a FAILED task starts again at 1, while
+    ``task_result.attempts`` (its worker ids) counts every attempt, earlier runs included."""
+
+    run_attempt: int
+
+    @property
+    def attempt(self) -> int:
+        return self.run_attempt
+
+
 @dataclass
 class _Ended:
     """What one attempt did, kept by its handler thread for the poll cycle to record."""
 
-    row: TaskResultRecord  # the result as the attempt started
+    row: TaskResultRecord  # the result as the attempt started (started_at: its handler's)
     task: Any
     value: Any = None
     error: dict[str, str] | None = None
+    exception: BaseException | None = None  # what the error was made from
     final: bool = False  # no attempt follows this failed one
 
 
 class TaskRunner:
     """Runs the tasks of one worker process (shared by its handler threads)."""
 
-    def __init__(self, worker_id: str) -> None:
+    def __init__(self, worker_id: str, aliases: list[str] | None = None) -> None:
         self.worker_id = worker_id
         self._lock = threading.Lock()
         self._started: dict[Attempt, TaskResultRecord | None] = {}  # None: already done
         self._ended: dict[Attempt, _Ended] = {}
-        self._next_prune = 0.0
+        self._pruner = ResultPruner(aliases or [])
+        self._stop_worker: Callable[[], None] | None = None
 
-    # ----------------------------------------------------------------- poll cycle hooks
+    # ----------------------------------------------------------------- worker hooks
+
+    def started(self, stopping: threading.Event, stop: Callable[[], None], using: str) -> None:
+        """The worker started: prune old results on schedule until it stops; ``stop``
+        stops it (a task raised KeyboardInterrupt)."""
+        self._stop_worker = stop
+        self._pruner.start(stopping, using)
 
     def handed_out(self, messages: list[Message], using: str) -> None:
         """Mark the results RUNNING as their messages are delivered, in the cycle's
@@ -104,15 +131,18 @@ class TaskRunner:
                 row.errors.append(_error(WorkerLost(
                     f"worker {lost} stopped during attempt {len(row.worker_ids)} without "
                     "recording an outcome; run again after the visibility timeout")))
+            first_start = row.started_at
             row.worker_ids.append(self.worker_id)
             row.status = "RUNNING"
+            # Until the handler starts and its outcome is recorded, the hand-out time
+            # stands in (the row must say when a RUNNING task started).
             row.started_at = row.started_at or now
             row.last_attempted_at = now
             row.finished_at = None
             if row.id not in created:
                 row.save(update_fields=["worker_ids", "errors", "status", "started_at",
                                         "last_attempted_at", "finished_at"], using=using)
-            started[_key(message)] = _copy(row)
+            started[_key(message)] = replace_row(_copy(row), started_at=first_start)
         TaskResultRecord.objects.using(using).bulk_create(new)
         with self._lock:
             self._started.update(started)
@@ -125,32 +155,42 @@ class TaskRunner:
         now = timezone.now()
         succeeded = [end for _, end in ended if end is not None and end.error is None]
         failed = [end for _, end in ended if end is not None and end.error is not None]
-        finished: list[tuple[TaskResultRecord, Any]] = []
+        finished: list[tuple[TaskResultRecord, Any, BaseException | None]] = []
+        timings = ["status", "finished_at", "started_at", "last_attempted_at"]
         if succeeded:
+            rows = [replace_row(e.row, status="SUCCESSFUL", finished_at=now,
+                                return_value=e.value) for e in succeeded]
             records = TaskResultRecord.objects.using(using)
-            records.filter(id__in=[e.row.id for e in succeeded]).update(
-                status="SUCCESSFUL", finished_at=now)
-            returned = [replace_row(e.row, return_value=e.value) for e in succeeded
-                        if e.value is not None]
-            if returned:
-                records.bulk_update(returned, ["return_value"])
-            for end in succeeded:
-                finished.append((replace_row(end.row, status="SUCCESSFUL", finished_at=now,
-                                             return_value=end.value), end.task))
+            # None is left out of the JSON column's update: the row holds NULL already.
+            records.bulk_update([r for r in rows if r.return_value is not None],
+                                [*timings, "return_value"])
+            records.bulk_update([r for r in rows if r.return_value is None], timings)
+            finished += [(row, end.task, None) for row, end in zip(rows, succeeded, strict=True)]
         for end in failed:
             row = TaskResultRecord.objects.using(using).select_for_update().get(id=end.row.id)
             row.errors.append(end.error)
             row.status = "FAILED" if end.final else "READY"
             row.finished_at = now if end.final else None
-            row.save(update_fields=["errors", "status", "finished_at"], using=using)
+            row.started_at, row.last_attempted_at = end.row.started_at, end.row.last_attempted_at
+            row.save(update_fields=["errors", *timings], using=using)
             if end.final:
-                finished.append((row, end.task))
+                finished.append((row, end.task, end.exception))
         if finished:
             transaction.on_commit(lambda: self._announce(finished), using=using)
 
-    def _announce(self, finished: list[tuple[TaskResultRecord, Any]]) -> None:
-        for row, task in finished:
-            _send(task_finished, task_backends[row.backend], to_task_result(row, task))
+    def _announce(self, finished: list[tuple[TaskResultRecord, Any, BaseException | None]]) -> None:
+        for row, task, exception in finished:
+            result = to_task_result(row, task)
+            backend = task_backends[row.backend]
+            if exception is None:
+                _send(task_finished, backend, result)
+                continue
+            # Django's backends send task_finished for a FAILED task from the handler of
+            # its exception, and its log receiver logs sys.exc_info(): do the same.
+            try:
+                raise exception
+            except BaseException:  # noqa: BLE001 - re-raised only to be the exception handled
+                _send(task_finished, backend, result)
 
     # ----------------------------------------------------------------- handler
 
@@ -164,69 +204,63 @@ class TaskRunner:
             row = self._started.pop(key)
         if row is None:
             return  # SUCCESSFUL already
+        # The attempt starts now (a batch handed out together starts as threads come free).
+        start = timezone.now()
+        row = replace_row(row, started_at=row.started_at or start, last_attempted_at=start)
         backend: Any = task_backends[row.backend]
         task = _import_task(row.task_path)
         if task is None:
-            self._keep(key, _Ended(row, None, error=_error(ImportError(
-                f"{row.task_path} is not a task")), final=True))
+            missing = ImportError(f"{row.task_path} is not a task")
+            self._keep(key, _Ended(row, None, error=_error(missing), exception=missing,
+                                   final=True))
             raise DeadLetter(f"{row.task_path} cannot be imported as a task")
-        max_attempts = getattr(task, "max_attempts", None) or backend.task_options.max_attempts
-        backoff = getattr(task, "backoff", None) or backend.task_options.backoff
+        max_attempts, backoff = retry_settings(task, backend.queue_options)
         if (task.priority, task.queue_name, task.backend) != (row.priority, row.queue_name,
                                                               row.backend):
             task = task.using(priority=row.priority, queue_name=row.queue_name,
                               backend=row.backend)
         if message.attempt > max_attempts:  # its workers kept dying before an outcome
-            self._keep(key, _Ended(row, task, error=_error(WorkerLost(
-                f"no attempt left after {message.attempt - 1} deliveries")), final=True))
+            lost = WorkerLost(f"no attempt left after {message.attempt - 1} deliveries")
+            self._keep(key, _Ended(row, task, error=_error(lost), exception=lost, final=True))
             raise DeadLetter(f"{row.task_path}: no attempt left")
         result = to_task_result(row, task)
         _send(task_started, backend, result)
         try:
             if task.takes_context:
-                value = task.call(TaskContext(task_result=result), *row.args, **row.kwargs)
+                context = QueueTaskContext(task_result=result, run_attempt=message.attempt)
+                value = task.call(context, *row.args, **row.kwargs)
             else:
                 value = task.call(*row.args, **row.kwargs)
             value = normalize_json(value)
             json.dumps(value, allow_nan=False)
+        except KeyboardInterrupt as exc:
+            self._interrupted(key, row, task, exc)
+            raise
         except BaseException as exc:  # noqa: BLE001 - every failure is recorded on the result
             final = message.attempt >= max_attempts
             logger.log(logging.WARNING if final else logging.INFO,
                        "task attempt failed id=%s task=%s attempt=%s final=%s error=%s",
                        row.id, row.task_path, message.attempt, final,
                        loggable(f"{type(exc).__name__}: {exc}", 300))
-            self._keep(key, _Ended(row, task, error=_error(exc), final=final))
+            self._keep(key, _Ended(row, task, error=_error(exc), exception=exc, final=final))
             if final:
                 raise DeadLetter(f"{type(exc).__name__}: {exc}") from exc
             raise Retry(retry_delay(backoff, message.attempt), f"{type(exc).__name__}: {exc}") from exc
         self._keep(key, _Ended(row, task, value=value))
-        self._maybe_prune(backend)
+
+    def _interrupted(self, key: Attempt, row: TaskResultRecord, task: Any,
+                     exc: KeyboardInterrupt) -> None:
+        """A task raised KeyboardInterrupt: record the attempt (READY: it runs again, never
+        FAILED for this) and stop the worker, as Ctrl-C would."""
+        logger.warning("task raised KeyboardInterrupt, stopping the worker id=%s task=%s",
+                       row.id, row.task_path, exc_info=exc)
+        self._keep(key, _Ended(row, task, error=_error(exc), exception=exc))
+        if self._stop_worker is not None:
+            self._stop_worker()
 
     def _keep(self, key: Attempt, ended: _Ended) -> None:
         with self._lock:
             self._ended[key] = ended
-
-    def _maybe_prune(self, backend: Any) -> None:
-        """Delete this backend's results finished longer than RESULT_RETENTION ago, at most
-        once a minute per worker."""
-        retention = backend.task_options.result_retention
-        if retention is None:
-            return
-        now = time.monotonic()
-        with self._lock:
-            if now < self._next_prune:
-                return
-            self._next_prune = now + PRUNE_INTERVAL
-        cutoff = timezone.now() - timedelta(seconds=retention)
-        using = router.db_for_write(TaskResultRecord)
-        try:
-            deleted = TaskResultRecord.objects.using(using).filter(
-                backend=backend.alias).prune(cutoff)
-        except Exception as exc:  # noqa: BLE001 - pruning is housekeeping; the next one retries
-            logger.warning("could not prune task results: %s: %s", type(exc).__name__, exc)
-            return
-        if deleted:
-            logger.info("pruned task results backend=%s deleted=%s", backend.alias, deleted)
 
 
 def _key(message: Message) -> Attempt:

@@ -135,6 +135,8 @@ class Worker:
                                                   self.conf.gc_interval,
                                                   self.conf.group_retention)
                 self.collector.start()
+            for hooks in {id(s.hooks): s.hooks for s in self.subscriptions if s.hooks}.values():
+                hooks.started(self.stopping, self.stop, self.using)
             while not self.stopping.is_set():
                 started = time.monotonic()
                 delay = self._step("poll", self._tick)
@@ -342,6 +344,10 @@ class Worker:
             and not any(p.in_flight_count() or p.wants_look(now_ms)
                         for p in self.partitions.values())
             and self.leasing.nothing_claimable
+            # A message that has run and waits out its retry backoff is still work of this
+            # run; one not run yet and delayed (run_after, a publish delay) is not.
+            and not any(e.attempts and e.state != "in_flight"
+                        for p in self.partitions.values() for e in p.entries.values())
         )
 
     # ------------------------------------------------------------------ stopping

@@ -1,13 +1,20 @@
-"""Tasks for the Tasks backend tests: each records its runs in the Handled table."""
+"""Tasks for the Tasks backend tests: each records its runs in the Handled table.
+
+Per-task retry settings are given with ``task_options()``, so this module also imports
+under Django's ImmediateBackend and DummyBackend (see test_tasks_portable.py).
+"""
 
 from __future__ import annotations
 
 import asyncio
 import os
+import sys
 import time
+import traceback
 from typing import Any
 
 import django_sqlqueue as sqlqueue
+from django_sqlqueue.tasks import task_options
 
 try:
     from django.tasks import task
@@ -22,6 +29,7 @@ except ImportError:  # Django 5.2: the django-tasks backport
 from .models import Handled
 
 FAST_RETRY = sqlqueue.ExponentialBackoff(base=0.05, cap=0.2)
+ONE_SECOND = sqlqueue.ExponentialBackoff(base=1.0, cap=1.0, jitter=False)
 
 
 def record(label: str, attempt: int = 0, payload: Any = None, group: str = "tasks") -> None:
@@ -47,13 +55,15 @@ def remember(label: str, sleep: float = 0.0) -> str:
     return label
 
 
-@task(max_attempts=3, backoff=FAST_RETRY)
+@task
+@task_options(max_attempts=3, backoff=FAST_RETRY)
 def always_fails(label: str) -> None:
     record(label)
     raise ValueError(f"boom {label}")
 
 
-@task(takes_context=True, backoff=FAST_RETRY)
+@task(takes_context=True)
+@task_options(backoff=FAST_RETRY)
 def flaky(context: Any, label: str) -> int:
     """Fails on its first attempt, succeeds on the second; returns the attempt number."""
     record(label, attempt=context.attempt)
@@ -68,7 +78,8 @@ async def double_later(n: int) -> int:
     return n * 2
 
 
-@task(takes_context=True, max_attempts=3)
+@task(takes_context=True)
+@task_options(max_attempts=3)
 def long_first_attempt(context: Any, label: str, seconds: float) -> int:
     """Its first attempt runs for ``seconds`` (long enough to kill its worker); later ones
     return at once."""
@@ -83,15 +94,47 @@ def returns_a_set() -> Any:
     return {1, 2}
 
 
+@task(takes_context=True)
+@task_options(max_attempts=2, backoff=FAST_RETRY)
+def fails_counting(context: Any, label: str) -> None:
+    """Fails every attempt; records the attempt number the context gives."""
+    record(label, attempt=context.attempt, payload=context.task_result.attempts)
+    raise RuntimeError(f"attempt {context.attempt} of {label} fails")
+
+
+@task(takes_context=True)
+@task_options(backoff=ONE_SECOND)
+def fails_once_then_waits(context: Any, label: str) -> int:
+    """Fails its first attempt; the retry is due one second later."""
+    record(label, attempt=context.attempt)
+    if context.attempt < 2:
+        raise RuntimeError(f"first attempt of {label} fails")
+    return int(context.attempt)
+
+
+@task(takes_context=True)
+def interrupted_once(context: Any, label: str) -> int:
+    """Raises KeyboardInterrupt on its first attempt, returns on the next."""
+    record(label, attempt=context.attempt)
+    if context.attempt < 2:
+        raise KeyboardInterrupt
+    return int(context.attempt)
+
+
 def _record_signal(kind: str) -> Any:
     def receiver(sender: Any, task_result: Any, **kwargs: Any) -> None:
         record(f"{kind}:{task_result.id}", attempt=task_result.attempts,
                payload=str(task_result.status), group="signal")
+        if sys.exc_info()[0] is not None:
+            # What Django's own log receiver logs along with a FAILED task.
+            record(f"{kind}:{task_result.id}", payload=traceback.format_exc(),
+                   group="signal-exc-info")
 
     return receiver
 
 
 _on_started = _record_signal("started")
 _on_finished = _record_signal("finished")
-task_started.connect(_on_started, weak=False)
-task_finished.connect(_on_finished, weak=False)
+# dispatch_uid: this module is imported again under other backends by the tests.
+task_started.connect(_on_started, weak=False, dispatch_uid="tests.testapp.tasks.started")
+task_finished.connect(_on_finished, weak=False, dispatch_uid="tests.testapp.tasks.finished")
