@@ -18,6 +18,15 @@ class Progress(NamedTuple):
     fetched: int  # the read cursor: every message at or below it has a delivery row (or is acked)
 
 
+class LagFigures(NamedTuple):
+    """A group's backlog on one topic, summed over its partitions (the overview)."""
+
+    partitions: int  # watermark rows
+    lag: int  # messages above the watermarks: exact, or an estimate when ``estimated``
+    estimated: bool
+    oldest_due: int | None  # epoch ms: the earliest deliver_at of each partition's next message
+
+
 class ConsumerOffsetManager(PartitionRowsManager):
     """SQL for ``queue_offsets``: read and advance watermarks, find the GC horizon."""
 
@@ -99,72 +108,56 @@ class ConsumerOffsetManager(PartitionRowsManager):
             result[topic][group] = int(last or 0)
         return result
 
-    def estimated_lag(self, group: str, topic: str, sample: int, using: str) -> tuple[int, bool]:
-        """(messages above the group's watermarks, whether that is an estimate).
+    def lag_figures(self, sample: int, using: str, *, topic: str | None = None,
+                    group: str | None = None) -> dict[tuple[str, str], LagFigures]:
+        """Per registered (topic, group), optionally only ``topic``/``group``: its
+        partitions, the messages above its watermarks and when the oldest of them became
+        due, in one query however many groups, topics and partitions there are.
 
-        Per partition they are counted exactly up to ``sample``; a partition with more is
-        estimated as its first ``sample`` spread over the span up to its newest position
-        (positions are shared by every topic and partition, so the span alone would
-        overcount). Reads at most ``sample`` index entries and one index seek per
-        partition, two queries per 200 partitions, whatever the lag."""
+        Per partition the messages are counted exactly up to ``sample``; a partition with
+        more is estimated as its first ``sample`` spread over the span up to its newest
+        position (positions are shared by every topic and partition, so the span alone
+        would overcount). Each figure is a short read of the queue_msg_position index,
+        correlated with the watermark row, so the cost does not grow with the backlog."""
         connection = connections[using]
         q = sqlb.quoter(connection)
-        first = (
-            f"SELECT %s AS part, COUNT(*) AS n, MIN(p) AS lo, MAX(p) AS hi FROM ("  # noqa: S608 - names quoted, values bound
-            f"SELECT {q('position')} AS p FROM {q('queue_messages')} WHERE {q('topic')} = %s "
-            f"AND {q('partition_key')} = %s AND {q('position')} > %s "
-            f"ORDER BY {q('position')} LIMIT %s) AS s"
+        above = (f"FROM {q('queue_messages')} m WHERE m.{q('topic')} = o.{q('topic')} "
+                 f"AND m.{q('partition_key')} = o.{q('partition_key')} "
+                 f"AND m.{q('position')} > o.{q('offset_acked')}")
+        nth = (f"(SELECT m.{q('position')} {above} ORDER BY m.{q('position')} "
+               f"LIMIT 1 OFFSET {int(sample) - 1})")
+        where, params = [], []
+        if topic is not None:
+            where.append(f"o.{q('topic')} = %s")
+            params.append(topic)
+        if group is not None:
+            where.append(f"o.{q('consumer_group')} = %s")
+            params.append(group)
+        rows = sqlb.fetch_all(
+            connection,
+            f"SELECT o.{q('topic')}, o.{q('consumer_group')}, {nth}, "  # noqa: S608 - names quoted, values bound
+            f"(SELECT COUNT(*) {above} AND m.{q('position')} <= COALESCE({nth}, %s)), "
+            f"(SELECT MIN(m.{q('position')}) {above}), "
+            f"(SELECT MAX(m.{q('position')}) FROM {q('queue_messages')} m "
+            f"WHERE m.{q('topic')} = o.{q('topic')} AND m.{q('partition_key')} = o.{q('partition_key')}), "
+            f"(SELECT m.{q('deliver_at')} {above} ORDER BY m.{q('position')} LIMIT 1) "
+            f"FROM {q('queue_offsets')} o{' WHERE ' + ' AND '.join(where) if where else ''}",
+            [2**62, *params],
         )
-        head = (
-            f"SELECT %s AS part, MAX({q('position')}) AS newest FROM {q('queue_messages')} "  # noqa: S608 - names quoted, values bound
-            f"WHERE {q('topic')} = %s AND {q('partition_key')} = %s"
-        )
-        marks = list(self.using(using).filter(consumer_group=group, topic=topic)
-                     .values_list("partition_key", "offset_acked"))
-        total, estimated = 0, False
-        for batch in sqlb.chunks(marks):
-            params: list[object] = []
-            for partition, watermark in batch:
-                params += [partition, topic, partition, watermark, sample]
-            full: dict[str, tuple[int, int]] = {}
-            for partition, counted, lowest, nth in sqlb.fetch_all(
-                    connection, sqlb.union_all([first] * len(batch)), params):
-                if int(counted) < sample:
-                    total += int(counted)
-                else:
-                    full[partition] = (int(lowest), int(nth))
-            if not full:
-                continue
-            estimated = True
-            params = [v for partition in full for v in (partition, topic, partition)]
-            for partition, newest in sqlb.fetch_all(
-                    connection, sqlb.union_all([head] * len(full)), params):
-                lowest, nth = full[partition]
-                total += 1 + round((sample - 1) * (int(newest) - lowest) / max(1, nth - lowest))
-        return total, estimated
-
-    def oldest_pending(self, group: str, topic: str, using: str) -> int | None:
-        """When the oldest message the group has not consumed became due (epoch ms: the
-        earliest ``deliver_at`` of the first message above each watermark), or None when
-        every partition is consumed. One index seek per partition, 200 to a query."""
-        connection = connections[using]
-        q = sqlb.quoter(connection)
-        branch = (
-            f"SELECT {q('deliver_at')} AS due FROM {q('queue_messages')} "  # noqa: S608 - names quoted, values bound
-            f"WHERE {q('topic')} = %s AND {q('partition_key')} = %s AND {q('position')} > %s "
-            f"ORDER BY {q('position')} LIMIT 1"
-        )
-        marks = list(self.using(using).filter(consumer_group=group, topic=topic)
-                     .values_list("partition_key", "offset_acked"))
-        oldest: int | None = None
-        for batch in sqlb.chunks(marks):
-            params: list[object] = []
-            for partition, watermark in batch:
-                params += [topic, partition, watermark]
-            for (due,) in sqlb.fetch_all(connection, sqlb.union_all([branch] * len(batch)),
-                                         params):
+        figures: dict[tuple[str, str], LagFigures] = {}
+        for t, g, last, counted, lowest, newest, due in rows:
+            seen = figures.get((t, g), LagFigures(0, 0, False, None))
+            if last is None:
+                lag, estimated = int(counted), seen.estimated
+            else:
+                lowest, last, newest = int(lowest), int(last), int(newest)
+                lag = 1 + round((sample - 1) * (newest - lowest) / max(1, last - lowest))
+                estimated = True
+            oldest = seen.oldest_due
+            if due is not None:
                 oldest = int(due) if oldest is None else min(oldest, int(due))
-        return oldest
+            figures[(t, g)] = LagFigures(seen.partitions + 1, seen.lag + lag, estimated, oldest)
+        return figures
 
     def unconsumed_counts(self, topic: str, groups: Sequence[str], using: str) -> dict[str, int]:
         """Per group, how many of the topic's sequenced messages lie above the group's
