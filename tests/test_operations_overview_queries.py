@@ -25,8 +25,9 @@ from tests.test_operations import dead_letter, publish, register
 pytestmark = pytest.mark.django_db
 
 # now, lag per watermark row, heartbeats, controls, throughput, unsequenced messages, dead
-# letters, delivery windows
-OVERVIEW_QUERIES = 8
+# letters, delivery windows; MariaDB/MySQL read the watermarks before the lag (see
+# ConsumerOffsetManager.lag_figures)
+OVERVIEW_QUERIES = 9 if connection.vendor == "mysql" else 8
 
 
 def arrange(topics: int, groups: int, prefix: str = "") -> int:

@@ -1,9 +1,10 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from django.db import connections, models
+from django.db.backends.base.base import BaseDatabaseWrapper
 
 from ..db import sql as sqlb
 from ..db import vendor
@@ -112,38 +113,24 @@ class ConsumerOffsetManager(PartitionRowsManager):
                     group: str | None = None) -> dict[tuple[str, str], LagFigures]:
         """Per registered (topic, group), optionally only ``topic``/``group``: its
         partitions, the messages above its watermarks and when the oldest of them became
-        due, in one query however many groups, topics and partitions there are.
+        due, in one query however many groups and topics there are (MariaDB/MySQL: two,
+        up to 2,000 watermark rows).
 
         Per partition the messages are counted exactly up to ``sample``; a partition with
         more is estimated as its first ``sample`` spread over the span up to its newest
         position (positions are shared by every topic and partition, so the span alone
-        would overcount). Each figure is a short read of the queue_msg_position index,
-        correlated with the watermark row, so the cost does not grow with the backlog."""
+        would overcount). Each figure is a short read of the queue_msg_position index from
+        the watermark on, so the cost does not grow with the backlog or the log's age."""
         connection = connections[using]
-        q = sqlb.quoter(connection)
-        above = (f"FROM {q('queue_messages')} m WHERE m.{q('topic')} = o.{q('topic')} "
-                 f"AND m.{q('partition_key')} = o.{q('partition_key')} "
-                 f"AND m.{q('position')} > o.{q('offset_acked')}")
-        nth = (f"(SELECT m.{q('position')} {above} ORDER BY m.{q('position')} "
-               f"LIMIT 1 OFFSET {int(sample) - 1})")
-        where, params = [], []
+        where: dict[str, str] = {}
         if topic is not None:
-            where.append(f"o.{q('topic')} = %s")
-            params.append(topic)
+            where["topic"] = topic
         if group is not None:
-            where.append(f"o.{q('consumer_group')} = %s")
-            params.append(group)
-        rows = sqlb.fetch_all(
-            connection,
-            f"SELECT o.{q('topic')}, o.{q('consumer_group')}, {nth}, "  # noqa: S608 - names quoted, values bound
-            f"(SELECT COUNT(*) {above} AND m.{q('position')} <= COALESCE({nth}, %s)), "
-            f"(SELECT MIN(m.{q('position')}) {above}), "
-            f"(SELECT MAX(m.{q('position')}) FROM {q('queue_messages')} m "
-            f"WHERE m.{q('topic')} = o.{q('topic')} AND m.{q('partition_key')} = o.{q('partition_key')}), "
-            f"(SELECT m.{q('deliver_at')} {above} ORDER BY m.{q('position')} LIMIT 1) "
-            f"FROM {q('queue_offsets')} o{' WHERE ' + ' AND '.join(where) if where else ''}",
-            [2**62, *params],
-        )
+            where["consumer_group"] = group
+        if connection.vendor == "mysql":
+            rows = self._lag_rows_by_partition(connection, sample, where, using)
+        else:
+            rows = self._lag_rows_correlated(connection, sample, where)
         figures: dict[tuple[str, str], LagFigures] = {}
         for t, g, last, counted, lowest, newest, due in rows:
             seen = figures.get((t, g), LagFigures(0, 0, False, None))
@@ -158,6 +145,59 @@ class ConsumerOffsetManager(PartitionRowsManager):
                 oldest = int(due) if oldest is None else min(oldest, int(due))
             figures[(t, g)] = LagFigures(seen.partitions + 1, seen.lag + lag, estimated, oldest)
         return figures
+
+    def _lag_rows_correlated(self, connection: BaseDatabaseWrapper, sample: int,
+                             where: dict[str, str]) -> list[tuple[Any, ...]]:
+        """(topic, group, sample-th position above the watermark, messages above it up to
+        ``sample``, first position above it, newest position, first one's deliver_at) per
+        watermark row: subqueries correlated with the watermark, which PostgreSQL and SQLite
+        run as index ranges starting at it."""
+        q = sqlb.quoter(connection)
+        above = (f"FROM {q('queue_messages')} m WHERE m.{q('topic')} = o.{q('topic')} "
+                 f"AND m.{q('partition_key')} = o.{q('partition_key')} "
+                 f"AND m.{q('position')} > o.{q('offset_acked')}")
+        nth = (f"(SELECT m.{q('position')} {above} ORDER BY m.{q('position')} "
+               f"LIMIT 1 OFFSET {int(sample) - 1})")
+        conditions = " AND ".join(f"o.{q(column)} = %s" for column in where)
+        return sqlb.fetch_all(
+            connection,
+            f"SELECT o.{q('topic')}, o.{q('consumer_group')}, {nth}, "  # noqa: S608 - names quoted, values bound
+            f"(SELECT COUNT(*) {above} AND m.{q('position')} <= COALESCE({nth}, %s)), "
+            f"(SELECT MIN(m.{q('position')}) {above}), "
+            f"(SELECT MAX(m.{q('position')}) FROM {q('queue_messages')} m "
+            f"WHERE m.{q('topic')} = o.{q('topic')} AND m.{q('partition_key')} = o.{q('partition_key')}), "
+            f"(SELECT m.{q('deliver_at')} {above} ORDER BY m.{q('position')} LIMIT 1) "
+            f"FROM {q('queue_offsets')} o{' WHERE ' + conditions if conditions else ''}",
+            [2**62, *where.values()],
+        )
+
+    def _lag_rows_by_partition(self, connection: BaseDatabaseWrapper, sample: int,
+                               where: dict[str, str], using: str) -> list[tuple[Any, ...]]:
+        """The same rows from one branch per watermark, the watermark bound as a value:
+        MariaDB/MySQL read a correlated ``position > o.offset_acked`` as an index lookup on
+        (topic, partition) filtered row by row, a walk over every message of the partition
+        still in the log, where a bound value makes it a range starting at the watermark."""
+        marks = list(self.using(using).filter(**where)
+                     .values_list("topic", "consumer_group", "partition_key", "offset_acked"))
+        q = sqlb.quoter(connection)
+        partition = f"FROM {q('queue_messages')} WHERE {q('topic')} = %s AND {q('partition_key')} = %s"
+        above = f"{partition} AND {q('position')} > %s"
+        in_order = f"ORDER BY {q('position')}"
+        branch = (
+            f"SELECT %s AS t, %s AS g, "  # noqa: S608 - names quoted, values bound
+            f"(SELECT {q('position')} {above} {in_order} LIMIT 1 OFFSET {int(sample) - 1}) AS nth, "
+            f"(SELECT COUNT(*) FROM (SELECT 1 AS one {above} {in_order} LIMIT %s) AS c) AS n, "
+            f"(SELECT MIN({q('position')}) {above}) AS lowest, "
+            f"(SELECT MAX({q('position')}) {partition}) AS newest, "
+            f"(SELECT {q('deliver_at')} {above} {in_order} LIMIT 1) AS due"
+        )
+        rows: list[tuple[Any, ...]] = []
+        for batch in sqlb.chunks(marks, 2000):  # a statement well under max_allowed_packet
+            params: list[object] = []
+            for t, g, p, acked in batch:
+                params += [t, g, t, p, acked, t, p, acked, sample, t, p, acked, t, p, t, p, acked]
+            rows += sqlb.fetch_all(connection, sqlb.union_all([branch] * len(batch)), params)
+        return rows
 
     def unconsumed_counts(self, topic: str, groups: Sequence[str], using: str) -> dict[str, int]:
         """Per group, how many of the topic's sequenced messages lie above the group's
