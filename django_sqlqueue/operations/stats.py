@@ -136,15 +136,17 @@ def health(*, group: str | None = None, max_age: float | None = None,
         raise UnknownSubscription(f"consumer group {group!r} is not registered for any topic")
     problems = []
     for row in rows:
+        failing = []  # every condition that fails, not only the first
         if row.workers == 0:
-            problems.append(f"{row.group}/{row.topic}: no live worker")
-        elif (max_age is not None and row.oldest_pending_age_seconds is not None
-              and row.oldest_pending_age_seconds > max_age and not row.paused):
-            problems.append(f"{row.group}/{row.topic}: oldest pending message due "
-                            f"{row.oldest_pending_age_seconds:.0f}s ago (max {max_age:g}s)")
+            failing.append("no live worker")
+        if (max_age is not None and row.oldest_pending_age_seconds is not None
+                and row.oldest_pending_age_seconds > max_age and not row.paused):
+            failing.append(f"oldest pending message due {row.oldest_pending_age_seconds:.0f}s "
+                           f"ago (max {max_age:g}s)")
+        if failing:
+            problems.append(f"{row.group}/{row.topic}: {', '.join(failing)}")
     if problems:
-        more = f" (+{len(problems) - 3} more)" if len(problems) > 3 else ""
-        return Health(False, "unhealthy: " + "; ".join(problems[:3]) + more)
+        return Health(False, "unhealthy: " + "; ".join(problems))
     return Health(True, f"ok: {len(rows)} subscription(s) have live workers"
                   + (f" and nothing pending over {max_age:g}s" if max_age is not None else ""))
 
