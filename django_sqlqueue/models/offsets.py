@@ -183,19 +183,20 @@ class ConsumerOffsetManager(PartitionRowsManager):
         partition = f"FROM {q('queue_messages')} WHERE {q('topic')} = %s AND {q('partition_key')} = %s"
         above = f"{partition} AND {q('position')} > %s"
         in_order = f"ORDER BY {q('position')}"
+        # The first ``sample`` positions above the watermark, read once: their count, the
+        # first and the last (the sample-th when there are that many).
         branch = (
-            f"SELECT %s AS t, %s AS g, "  # noqa: S608 - names quoted, values bound
-            f"(SELECT {q('position')} {above} {in_order} LIMIT 1 OFFSET {int(sample) - 1}) AS nth, "
-            f"(SELECT COUNT(*) FROM (SELECT 1 AS one {above} {in_order} LIMIT %s) AS c) AS n, "
-            f"(SELECT MIN({q('position')}) {above}) AS lowest, "
+            f"SELECT %s AS t, %s AS g, CASE WHEN s.n = %s THEN s.hi END AS nth, s.n, s.lo, "  # noqa: S608 - names quoted, values bound
             f"(SELECT MAX({q('position')}) {partition}) AS newest, "
-            f"(SELECT {q('deliver_at')} {above} {in_order} LIMIT 1) AS due"
+            f"(SELECT {q('deliver_at')} {above} {in_order} LIMIT 1) AS due "
+            f"FROM (SELECT COUNT(*) AS n, MIN(p) AS lo, MAX(p) AS hi FROM "
+            f"(SELECT {q('position')} AS p {above} {in_order} LIMIT %s) AS x) AS s"
         )
         rows: list[tuple[Any, ...]] = []
         for batch in sqlb.chunks(marks, 2000):  # a statement well under max_allowed_packet
             params: list[object] = []
             for t, g, p, acked in batch:
-                params += [t, g, t, p, acked, t, p, acked, sample, t, p, acked, t, p, t, p, acked]
+                params += [t, g, sample, t, p, t, p, acked, t, p, acked, sample]
             rows += sqlb.fetch_all(connection, sqlb.union_all([branch] * len(batch)), params)
         return rows
 
