@@ -26,8 +26,8 @@ pytestmark = pytest.mark.django_db
 
 # now, lag per watermark row, heartbeats, controls, throughput, unsequenced messages, dead
 # letters, delivery windows; MariaDB/MySQL read the watermarks before the lag (see
-# ConsumerOffsetManager.lag_figures)
-OVERVIEW_QUERIES = 9 if connection.vendor == "mysql" else 8
+# ConsumerOffsetManager.lag_figures); PostgreSQL turns JIT off and back on around them.
+OVERVIEW_QUERIES = {"mysql": 9, "postgresql": 10}.get(connection.vendor, 8)
 
 
 def arrange(topics: int, groups: int, prefix: str = "") -> int:
@@ -102,3 +102,14 @@ def test_the_overview_page_sends_as_many_queries_for_twenty_rows_as_for_one(admi
 
     assert len(response.context["rows"]) == 21  # topic0/group0 of the first call, and 20
     assert len(twenty) == len(one), [q["sql"][:120] for q in twenty.captured_queries]
+
+
+def test_the_overview_leaves_the_sessions_jit_setting_as_it_found_it():
+    if connection.vendor != "postgresql":
+        pytest.skip("JIT is PostgreSQL's")
+    arrange(1, 1)
+    with connection.cursor() as cursor:
+        cursor.execute("SET jit = on")
+        ops.overview()
+        cursor.execute("SHOW jit")
+        assert cursor.fetchone()[0] == "on"

@@ -127,10 +127,10 @@ class ConsumerOffsetManager(PartitionRowsManager):
             where["topic"] = topic
         if group is not None:
             where["consumer_group"] = group
-        if connection.vendor == "mysql":
-            rows = self._lag_rows_by_partition(connection, sample, where, using)
-        else:
+        if vendor.correlated_ranges(connection):
             rows = self._lag_rows_correlated(connection, sample, where)
+        else:
+            rows = self._lag_rows_by_partition(connection, sample, where, using)
         figures: dict[tuple[str, str], LagFigures] = {}
         for t, g, last, counted, lowest, newest, due in rows:
             seen = figures.get((t, g), LagFigures(0, 0, False, None))

@@ -12,7 +12,10 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from django.db import connections
+
 from ..conf import get_settings
+from ..db import vendor
 from ..models import (
     ConsumerOffset,
     DeliveryState,
@@ -70,6 +73,12 @@ def overview(*, topic: str | None = None, group: str | None = None, using: str =
         check_name("topic", topic)
     if group is not None:
         check_name("consumer group", group)
+    with vendor.without_jit(connections[using]):
+        return _overview(topic, group, using, minutes)
+
+
+def _overview(topic: str | None, group: str | None, using: str,
+              minutes: int) -> list[SubscriptionStats]:
     conf = get_settings()
     now_ms = database_now_ms(using)
     # One query per kind of figure, whatever the number of rows (up to a hundred
