@@ -39,9 +39,10 @@ class Failed(Exception):
 def run(args: list[str], *, cwd: Path, env: dict[str, str] | None = None,
         quiet: bool = False) -> str:
     """Run a command, echo it, and fail with its output when it fails."""
-    if not quiet:
-        print("+", " ".join(str(a) for a in args), flush=True)
+    started = time.monotonic()
     done = subprocess.run(args, cwd=cwd, env=env, capture_output=True, text=True, check=False)
+    if not quiet:
+        print(f"+ ({time.monotonic() - started:.1f}s)", " ".join(str(a) for a in args), flush=True)
     if done.returncode != 0:
         raise Failed(f"{' '.join(map(str, args))} exited {done.returncode}:\n"
                      f"{done.stdout[-4000:]}{done.stderr[-4000:]}")
@@ -109,7 +110,8 @@ def make_venv(venv: Path, wheel: Path) -> Path:
     # Without pip: this interpreter's pip installs into it (pip --python), with its cache.
     run([sys.executable, "-m", "venv", "--without-pip", str(venv)], cwd=ROOT)
     python = venv / "bin" / "python"
-    run([sys.executable, "-m", "pip", "--python", str(python), "install", "-q",
+    # --no-compile: byte-compiling Django's few thousand modules is most of an install.
+    run([sys.executable, "-m", "pip", "--python", str(python), "install", "-q", "--no-compile",
          "--disable-pip-version-check", str(wheel), f"Django=={django.__version__}"], cwd=ROOT)
     return python
 
