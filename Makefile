@@ -6,6 +6,8 @@
 #   make test          ruff, mypy, migration check, then pytest on SQLite, MariaDB and
 #                      PostgreSQL; with CI=true also the Python 3.11 + Django 5.2 run
 #   make test-compat   only the Python 3.11 + Django 5.2 run, on all three backends
+#   make test-wheel    build the sdist and the wheel, install the wheel into a fresh
+#                      virtualenv and run the example project on it (SQLite)
 #   make lint          ruff + mypy
 #   make bench         benchmarks/run.py against BENCH_DATABASE_URL (default: MariaDB)
 #   make bench-spark   the Spark data source: 1,000,000 rows bulk-published and read back
@@ -143,10 +145,10 @@ endef
 
 # --------------------------------------------------------------------------- targets
 
-.PHONY: help demo admin test test-backends test-compat lint check-migrations bench bench-spark chaos chaos-short provision clean FORCE
+.PHONY: help demo admin test test-backends test-compat test-wheel lint check-migrations bench bench-spark chaos chaos-short provision clean FORCE
 
 help:
-	@sed -n '3,21s/^# \{0,1\}//p' $(firstword $(MAKEFILE_LIST))
+	@sed -n '3,23s/^# \{0,1\}//p' $(firstword $(MAKEFILE_LIST))
 
 # The venv marker is re-checked on every run but only rewritten when the interpreter
 # changes, so the install stamps below are redone only when needed.
@@ -215,13 +217,18 @@ test-backends: export SQLQUEUE_REQUIRE_SPARK := 1
 test-backends: $(VENV)/.stamp-spark | provision
 	$(call run_suite,$(PY),Python $(BASE_VERSION) / Django $(DJANGO_SERIES))
 
-test: lint check-migrations test-backends $(if $(filter mysql,$(BACKENDS)),chaos-short) $(if $(IS_CI),test-compat)
+test: lint check-migrations test-wheel test-backends $(if $(filter mysql,$(BACKENDS)),chaos-short) $(if $(IS_CI),test-compat)
 
 # Without the spark extra: the Spark tests are skipped there, each with its reason.
 test-compat: $(COMPAT_VENV)/.stamp-dev | provision
 	DATABASE_URL='$(SQLITE_URL)' DJANGO_SETTINGS_MODULE=tests.settings \
 	  $(COMPAT_PY) -m django makemigrations --check --dry-run
 	$(call run_suite,$(COMPAT_PY),Python $(COMPAT_VERSION) / Django $(COMPAT_DJANGO_SERIES))
+
+# What a user installing from an index gets: tests/wheel/check.py builds in .test-data/wheel
+# from a copy of the files a clone would have, so the checkout's egg-info never leaks in.
+test-wheel: $(VENV)/.stamp-dev
+	$(PY) tests/wheel/check.py --work $(TEST_DATA)/wheel
 
 bench: $(VENV)/.stamp-bench | provision
 	DATABASE_URL='$(BENCH_DATABASE_URL)' PYTHONPATH='$(ROOT)' $(PY) benchmarks/run.py $(BENCH_ARGS)

@@ -53,6 +53,12 @@ def _dlq_suffix(value: Any) -> bool:
     return isinstance(value, str) and bool(_NAME_RE.fullmatch(value)) and len(value) <= 50
 
 
+def _metrics_token(value: Any) -> bool:
+    # Sent in an HTTP header by Prometheus (authorization: credentials): visible ASCII only.
+    return (isinstance(value, str) and len(value) >= 16 and value.isascii()
+            and all(33 <= ord(c) <= 126 for c in value))
+
+
 _YEAR = f"at most {MAX_SECONDS:.0f} (a year)"
 _DAY = f"at most {MAX_LEASE_SECONDS:.0f} (a day)"
 
@@ -78,6 +84,10 @@ _RULES: list[tuple[str, str, Callable[[Any], bool], str]] = [
     ("GROUP_RETENTION", "sqlqueue.E021", _positive_seconds_or_none,
      f"a number of seconds > 0, {_YEAR}, or None to keep consumer groups until forgotten"),
     ("ARCHIVE_BEFORE_GC", "sqlqueue.E060", lambda value: isinstance(value, bool), "True or False"),
+    ("METRICS_CACHE_SECONDS", "sqlqueue.E070", lambda value: is_seconds(value, zero=True, most=3600),
+     "a number of seconds from 0 (read on every scrape) to 3600"),
+    ("METRICS_TOKEN", "sqlqueue.E071", lambda value: value is None or _metrics_token(value),
+     "None or a string of at least 16 visible ASCII characters (no spaces)"),
 ]
 
 

@@ -57,6 +57,12 @@ DEFAULTS: dict[str, Any] = {
     # True: GC deletes only messages the archive job (python -m django_sqlqueue.spark.archive)
     # has exported, besides waiting for every consumer group.
     "ARCHIVE_BEFORE_GC": False,
+    # Seconds the metrics view (django_sqlqueue.urls) reuses the gauges it read from the
+    # database, per process; 0 reads them on every scrape.
+    "METRICS_CACHE_SECONDS": 5.0,
+    # When set, the metrics view serves only requests with "Authorization: Bearer <token>".
+    # None: anyone who can reach the URL (protect it another way).
+    "METRICS_TOKEN": None,
 }
 
 MAX_PARTITIONS = 4096  # per topic; lease rows, watermarks and fair share count partitions
@@ -99,6 +105,8 @@ class QueueSettings:
     topics: dict[str, dict[str, Any]]
     search_fields: list[str]
     archive_before_gc: bool
+    metrics_cache_seconds: float
+    metrics_token: str | None
 
     def partitions_for(self, topic: str) -> int:
         """The partition count configured for ``topic`` (the recorded count wins once a

@@ -199,6 +199,56 @@ def test_forget_refuses_a_group_with_a_live_worker(admin_client):
     assert not LogEntry.objects.exists()
 
 
+def test_forget_with_an_empty_topic_forgets_nothing_and_says_to_choose(admin_client):
+    beat("w-stopped", group="retired", stopped=True)
+    for topic in ("orders", "invoices"):
+        ConsumerOffset.objects.ensure("retired", topic, ["0"], using="default")
+    response = admin_client.post(SUBSCRIBERS, {"action": "forget", "group": "retired",
+                                               "topic": ""}, follow=True)
+    assert "choose &#x27;all topics&#x27;" in response.content.decode()
+    assert set(ConsumerOffset.objects.filter(consumer_group="retired")
+               .values_list("topic", flat=True)) == {"orders", "invoices"}
+    assert not LogEntry.objects.exists()
+
+
+def test_forget_on_all_topics_is_an_explicit_choice(admin_client):
+    beat("w-stopped", group="retired", stopped=True)
+    for topic in ("orders", "invoices"):
+        ConsumerOffset.objects.ensure("retired", topic, ["0"], using="default")
+    ConsumerOffset.objects.ensure("billing", "orders", ["0"], using="default")
+    page = admin_client.get(SUBSCRIBERS).content.decode()
+    assert 'name="all_topics" value="1"' in page
+    response = admin_client.post(SUBSCRIBERS, {"action": "forget", "group": "retired",
+                                               "all_topics": "1"}, follow=True)
+    assert "Forgot consumer group &#x27;retired&#x27; on invoices, orders" in response.content.decode()
+    assert not ConsumerOffset.objects.filter(consumer_group="retired").exists()
+    assert ConsumerOffset.objects.filter(consumer_group="billing").exists()
+
+
+def test_forget_refuses_a_topic_and_all_topics_together(admin_client):
+    beat("w-stopped", group="retired", stopped=True)
+    ConsumerOffset.objects.ensure("retired", "orders", ["0"], using="default")
+    admin_client.post(SUBSCRIBERS, {"action": "forget", "group": "retired", "topic": "orders",
+                                    "all_topics": "1"})
+    assert ConsumerOffset.objects.filter(consumer_group="retired").exists()
+
+
+def test_forget_is_offered_for_a_stale_group_and_retires_it(admin_client):
+    # A worker killed with SIGKILL never deregisters: its heartbeat only goes stale.
+    beat("w-killed", group="crashed", age_ms=600_000)
+    beat("w-live", group="billing")
+    ConsumerOffset.objects.ensure("crashed", "orders", ["0", "1"], using="default")
+    response = admin_client.get(SUBSCRIBERS)
+    text = response.content.decode()
+    offered = {r.split('name="group" value="')[1].split('"')[0]
+               for r in text.split('class="sqlqueue-inline sqlqueue-forget"')[1:]}
+    assert offered == {"crashed"}
+    response = admin_client.post(SUBSCRIBERS, {"action": "forget", "group": "crashed",
+                                               "topic": "orders"}, follow=True)
+    assert "Forgot consumer group &#x27;crashed&#x27;" in response.content.decode()
+    assert not ConsumerOffset.objects.filter(consumer_group="crashed").exists()
+
+
 def test_view_only_staff_see_the_pages_but_cannot_forget(db):
     beat("w-stopped", group="retired", stopped=True)
     ConsumerOffset.objects.ensure("retired", "orders", ["0"], using="default")

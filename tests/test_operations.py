@@ -364,6 +364,26 @@ def test_forget_also_drops_the_pause_state():
     assert not GroupControl.objects.exists()
 
 
+def test_forget_refuses_an_empty_topic_instead_of_forgetting_every_topic():
+    register("billing")
+    register("billing", topic="invoices")
+
+    with pytest.raises(ops.OperationError, match="the topic is empty"):
+        ops.forget("billing", "")
+
+    assert ConsumerOffset.objects.filter(consumer_group="billing").count() == 24
+
+
+def test_forget_retires_a_group_whose_worker_was_killed():
+    register("billing")
+    SubscriberHeartbeat.objects.create(consumer_group="billing", topic=TOPIC,
+                                       subscriber_name="w-killed", heartbeat_at=now_ms() - 600_000)
+
+    done = ops.forget("billing", TOPIC)
+
+    assert done.heartbeats == 1 and done.watermarks == 12
+
+
 def test_run_gc_reports_what_it_deleted_per_topic():
     register("billing")
     stored = publish(4)

@@ -58,6 +58,34 @@ def test_stats_json_gives_null_age_when_nothing_is_pending():
     assert row["oldest_pending_age_seconds"] is None and row["lag"] == 0
 
 
+def test_stats_json_prints_one_object_per_line(failed):
+    out, _ = run("stats", "--json")
+
+    lines = out.splitlines()
+    assert lines[0] == "[" and lines[-1] == "]" and len(lines) == 2 + 2
+    assert [json.loads(line.rstrip(","))["group"] for line in lines[1:-1]] == ["billing", "shipping"]
+    assert len(json.loads(out)[0]["handled_per_minute"]) == 60
+
+
+def test_stats_json_indent_is_for_humans(failed):
+    out, _ = run("stats", "--json", "--indent", "2")
+
+    assert len(out.splitlines()) > 100 and json.loads(out)[0]["group"] == "billing"
+    assert '\n  {\n    "topic": "orders",' in out
+
+
+def test_stats_json_with_nothing_registered_is_an_empty_list():
+    assert run("stats", "--json")[0].strip() == "[]"
+
+
+@pytest.mark.parametrize("args", [
+    ("stats", "--json", "--indent", "x"), ("stats", "--json", "--indent", "-1"),
+    ("stats", "--json", "--indent", "17"), ("stats", "--indent", "2"),
+])
+def test_stats_refuses_a_bad_indent_in_one_line(failed, args):
+    refused("sqlqueue", *args)
+
+
 def test_stats_prints_a_table(failed):
     out, _ = run("stats")
     lines = out.splitlines()
@@ -81,6 +109,24 @@ def test_health_exits_0_when_each_group_has_a_live_worker(failed):
                                            subscriber_name=f"{group}-1", heartbeat_at=now_ms())
     out, _ = run("health", "--max-age", "1h")
     assert out.startswith("ok:")
+
+
+def test_health_reports_every_failing_condition_of_a_group(failed):
+    with pytest.raises(CommandError) as caught:
+        run("health", "--group", "billing", "--max-age", "0")
+
+    line = str(caught.value)
+    assert caught.value.returncode == 1 and "\n" not in line
+    assert "billing/orders: no live worker, oldest pending message due" in line
+    assert "(max 0s)" in line
+
+
+def test_health_reports_every_failing_group(failed):
+    with pytest.raises(CommandError) as caught:
+        run("health")
+
+    assert "billing/orders: no live worker" in str(caught.value)
+    assert "shipping/orders: no live worker" in str(caught.value)
 
 
 @pytest.mark.django_db(transaction=True)  # committed, so the command's process sees it
@@ -137,6 +183,26 @@ def test_bad_dead_letter_filters_are_one_line_and_exit_2(failed, args):
 def test_a_bad_filter_on_the_command_line_is_one_line():
     line = one_error_line(run_manage("sqlqueue", "replay", "--older-than", "yesterday"))
     assert "--older-than" in line
+
+
+@pytest.mark.parametrize("command", ["replay", "discard"])
+def test_a_dead_letter_topic_for_topic_is_refused_naming_the_original(failed, command):
+    error = refused("sqlqueue", command, "--topic", f"{TOPIC}_dlq")
+
+    assert str(error) == (f"--topic is the topic the messages were published to, not their "
+                          f"dead-letter topic: use --topic {TOPIC} (not {TOPIC}_dlq)")
+    assert QueueMessage.objects.filter(topic=f"{TOPIC}_dlq").count() == 3
+
+
+def test_a_dead_letter_topic_is_accepted_when_its_own_messages_were_dead_lettered(failed):
+    # A group consuming orders_dlq itself gave up on one: it sits in orders_dlq_dlq.
+    register("auditors", topic=f"{TOPIC}_dlq")
+    [stored] = publish(1, topic=f"{TOPIC}_dlq")
+    dead_letter("auditors", stored, topic=f"{TOPIC}_dlq")
+
+    out, _ = run("replay", "--topic", f"{TOPIC}_dlq", "--dry-run")
+
+    assert out.splitlines()[0] == "1 dead letter(s) match; dry run, nothing replayed"
 
 
 # --------------------------------------------------------------------------- control

@@ -217,8 +217,14 @@ class SubscriberAdmin(PageAdmin):
         if request.POST.get("action") != "forget" or not self.has_forget_permission(request):
             raise PermissionDenied
         group, topic = request.POST.get("group", ""), request.POST.get("topic", "")
+        every_topic = request.POST.get("all_topics") == "1"
+        if every_topic == bool(topic):
+            # An empty topic field is not a choice of every topic: that is its own button.
+            messages.error(request, "Name the topic to forget the group on, or choose "
+                           "'all topics' (not both); nothing was forgotten.")
+            return
         try:
-            done = operations.forget(group, topic or None, using=self.using())
+            done = operations.forget(group, None if every_topic else topic, using=self.using())
         except (GroupInUse, UnknownGroup, operations.OperationError) as exc:
             messages.error(request, str(exc))
             return

@@ -6,6 +6,10 @@ upserts) instead of testing ``connection.vendor`` themselves.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+from django.db import DatabaseError
 from django.db.backends.base.base import BaseDatabaseWrapper
 
 
@@ -147,3 +151,35 @@ def json_with_strings_sql(connection: BaseDatabaseWrapper, document: str,
     function = "JSON_SET" if connection.vendor == "mysql" else "json_set"
     pairs = ", ".join(f"'$.\"{name}\"', {expr}" for name, expr in values.items())
     return f"{function}({document}, {pairs})"
+
+
+def correlated_ranges(connection: BaseDatabaseWrapper) -> bool:
+    """Whether a subquery's bound on an index column that comes from the outer row
+    (``m.position > o.offset_acked``) is read as an index range from that value. MariaDB
+    and MySQL read it as a lookup on the columns before it, filtered row by row."""
+    return connection.vendor != "mysql"
+
+
+@contextmanager
+def without_jit(connection: BaseDatabaseWrapper) -> Iterator[None]:
+    """Run the block's statements without PostgreSQL's JIT compiler (a no-op elsewhere).
+
+    A statement of many small index reads (the overview's) passes ``jit_above_cost`` by its
+    estimated cost alone, and then compiles for about 200 ms to run for a few. The session's
+    setting is restored afterwards; should the block's transaction fail, the change is
+    rolled back with it.
+    """
+    if connection.vendor != "postgresql":
+        yield
+        return
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT current_setting('jit'), set_config('jit', 'off', false)")
+        before = cursor.fetchone()[0]
+    try:
+        yield
+    finally:
+        try:
+            with connection.cursor() as cursor:
+                cursor.execute("SELECT set_config('jit', %s, false)", [before])
+        except DatabaseError:
+            pass  # the transaction failed (its SET with it) or the connection is gone

@@ -1,15 +1,20 @@
 """Gauges read from the database at scrape time, per consumer group and topic.
 
 A custom collector: ``describe()`` names the families without touching the database, so
-registering it is free; ``collect()`` runs one :func:`django_sqlqueue.operations.overview`.
+registering it is free; ``collect()`` runs one :func:`django_sqlqueue.operations.overview`
+and keeps its rows for ``SQLQUEUE["METRICS_CACHE_SECONDS"]``, so scrapes from several
+Prometheus servers (or a dashboard hitting the view) cost one overview per interval.
 Modelled on the Kafka exporter's consumer-group metrics.
 """
 
 from __future__ import annotations
 
+import threading
+import time
 from typing import Any
 
-from ..operations import overview
+from ..conf import get_settings
+from ..operations import SubscriptionStats, overview
 
 # (name, help, SubscriptionStats attribute)
 GAUGES = (
@@ -33,6 +38,24 @@ GAUGES = (
 class DatabaseCollector:
     def __init__(self, using: str = "default") -> None:
         self.using = using
+        self._lock = threading.Lock()  # one overview at a time, shared by concurrent scrapes
+        self._rows: list[SubscriptionStats] = []
+        self._read_at: float | None = None  # time.monotonic() of the cached rows
+
+    def rows(self) -> list[SubscriptionStats]:
+        """The overview's rows, read again once they are older than the cache setting."""
+        max_age = get_settings().metrics_cache_seconds
+        with self._lock:
+            now = time.monotonic()
+            if self._read_at is None or now - self._read_at >= max_age:
+                self._rows = overview(using=self.using, minutes=1)
+                self._read_at = time.monotonic()
+            return self._rows
+
+    def clear(self) -> None:
+        """Forget the cached rows: the next scrape reads the database."""
+        with self._lock:
+            self._read_at = None
 
     def _families(self) -> list[Any]:
         from prometheus_client.core import GaugeMetricFamily
@@ -45,7 +68,7 @@ class DatabaseCollector:
 
     def collect(self) -> list[Any]:
         families = self._families()
-        for row in overview(using=self.using, minutes=1):
+        for row in self.rows():
             for family, (_, _, attribute) in zip(families, GAUGES, strict=True):
                 value = getattr(row, attribute)
                 family.add_metric([row.group, row.topic], float(value or 0))

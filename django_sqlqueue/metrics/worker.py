@@ -77,8 +77,9 @@ class WorkerMetrics:
     def poll_finished(self, seconds: float) -> None:
         self.poll_seconds.observe(seconds)
 
-    def serve(self, port: int, addr: str = "0.0.0.0") -> None:  # noqa: S104 - scraped from outside
-        """Serve ``/metrics`` (any path, in fact) on ``port`` from a daemon thread."""
+    def serve(self, port: int, addr: str = "127.0.0.1") -> None:
+        """Serve ``/metrics`` (any path, in fact) on ``addr`` and ``port`` from a daemon
+        thread."""
         from prometheus_client import start_http_server
 
         self._server = start_http_server(port, addr=addr, registry=self.registry)

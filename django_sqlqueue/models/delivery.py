@@ -293,27 +293,30 @@ class DeliveryStateManager(models.Manager["DeliveryState"]):
             )
         return deleted
 
-    def window_counts(self, group: str, topic: str, now_ms: int, cap: int,
-                      using: str) -> tuple[int, int]:
-        """(acked, in flight) among the group's delivery rows of the topic, each counted up
+    def window_counts(self, pairs: Sequence[tuple[str, str]], now_ms: int, cap: int,
+                      using: str) -> dict[tuple[str, str], tuple[int, int]]:
+        """Per (group, topic): (acked, in flight) among its delivery rows, each counted up
         to ``cap``. Rows exist only for read, unpassed messages, so acked ones lie above a
         watermark (acked out of order, or dead-lettered), and in-flight ones were delivered
-        and are still invisible."""
+        and are still invisible. One query per 100 pairs."""
         connection = connections[using]
         q = sqlb.quoter(connection)
-        base = (
-            f"SELECT COUNT(*) FROM (SELECT 1 AS one FROM {q('queue_delivery_state')} "  # noqa: S608 - names quoted, values bound
-            f"WHERE {q('consumer_group')} = %s AND {q('topic')} = %s AND "
-        )
-        acked = sqlb.fetch_all(
-            connection, base + f"{q('acked')} = {vendor.true_sql(connection)} LIMIT %s) AS n",
-            [group, topic, cap])
-        in_flight = sqlb.fetch_all(
-            connection,
-            base + f"{q('acked')} = {vendor.false_sql(connection)} AND {q('retry_count')} >= 0 "
-            f"AND {q('invisible_until')} > %s LIMIT %s) AS n",
-            [group, topic, now_ms, cap])
-        return int(acked[0][0]), int(in_flight[0][0])
+        mine = (f"FROM {q('queue_delivery_state')} WHERE {q('consumer_group')} = %s "
+                f"AND {q('topic')} = %s AND ")
+        acked = (f"SELECT %s AS g, %s AS t, 0 AS k, COUNT(*) AS n FROM (SELECT 1 AS one {mine}"  # noqa: S608 - names quoted, values bound
+                 f"{q('acked')} = {vendor.true_sql(connection)} LIMIT %s) AS s")
+        in_flight = (f"SELECT %s AS g, %s AS t, 1 AS k, COUNT(*) AS n FROM (SELECT 1 AS one {mine}"  # noqa: S608 - names quoted, values bound
+                     f"{q('acked')} = {vendor.false_sql(connection)} AND {q('retry_count')} >= 0 "
+                     f"AND {q('invisible_until')} > %s LIMIT %s) AS s")
+        counts = {pair: [0, 0] for pair in pairs}
+        for batch in sqlb.chunks(list(pairs), sqlb.MAX_UNION_BRANCHES // 2):
+            params: list[object] = []
+            for group, topic in batch:
+                params += [group, topic, group, topic, cap, group, topic, group, topic, now_ms, cap]
+            for group, topic, kind, n in sqlb.fetch_all(
+                    connection, sqlb.union_all([acked, in_flight] * len(batch)), params):
+                counts[(group, topic)][int(kind)] = int(n)
+        return {pair: (n[0], n[1]) for pair, n in counts.items()}
 
     def make_due(self, group: str, topic: str, ref: MessageRef, now_ms: int,
                  using: str) -> int:

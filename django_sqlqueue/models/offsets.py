@@ -1,9 +1,10 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from django.db import connections, models
+from django.db.backends.base.base import BaseDatabaseWrapper
 
 from ..db import sql as sqlb
 from ..db import vendor
@@ -16,6 +17,15 @@ class Progress(NamedTuple):
 
     acked: int  # the watermark: every message at or below it is acked
     fetched: int  # the read cursor: every message at or below it has a delivery row (or is acked)
+
+
+class LagFigures(NamedTuple):
+    """A group's backlog on one topic, summed over its partitions (the overview)."""
+
+    partitions: int  # watermark rows
+    lag: int  # messages above the watermarks: exact, or an estimate when ``estimated``
+    estimated: bool
+    oldest_due: int | None  # epoch ms: the earliest deliver_at of each partition's next message
 
 
 class ConsumerOffsetManager(PartitionRowsManager):
@@ -99,72 +109,96 @@ class ConsumerOffsetManager(PartitionRowsManager):
             result[topic][group] = int(last or 0)
         return result
 
-    def estimated_lag(self, group: str, topic: str, sample: int, using: str) -> tuple[int, bool]:
-        """(messages above the group's watermarks, whether that is an estimate).
+    def lag_figures(self, sample: int, using: str, *, topic: str | None = None,
+                    group: str | None = None) -> dict[tuple[str, str], LagFigures]:
+        """Per registered (topic, group), optionally only ``topic``/``group``: its
+        partitions, the messages above its watermarks and when the oldest of them became
+        due, in one query however many groups and topics there are (MariaDB/MySQL: two,
+        up to 2,000 watermark rows).
 
-        Per partition they are counted exactly up to ``sample``; a partition with more is
-        estimated as its first ``sample`` spread over the span up to its newest position
-        (positions are shared by every topic and partition, so the span alone would
-        overcount). Reads at most ``sample`` index entries and one index seek per
-        partition, two queries per 200 partitions, whatever the lag."""
+        Per partition the messages are counted exactly up to ``sample``; a partition with
+        more is estimated as its first ``sample`` spread over the span up to its newest
+        position (positions are shared by every topic and partition, so the span alone
+        would overcount). Each figure is a short read of the queue_msg_position index from
+        the watermark on, so the cost does not grow with the backlog or the log's age."""
         connection = connections[using]
-        q = sqlb.quoter(connection)
-        first = (
-            f"SELECT %s AS part, COUNT(*) AS n, MIN(p) AS lo, MAX(p) AS hi FROM ("  # noqa: S608 - names quoted, values bound
-            f"SELECT {q('position')} AS p FROM {q('queue_messages')} WHERE {q('topic')} = %s "
-            f"AND {q('partition_key')} = %s AND {q('position')} > %s "
-            f"ORDER BY {q('position')} LIMIT %s) AS s"
-        )
-        head = (
-            f"SELECT %s AS part, MAX({q('position')}) AS newest FROM {q('queue_messages')} "  # noqa: S608 - names quoted, values bound
-            f"WHERE {q('topic')} = %s AND {q('partition_key')} = %s"
-        )
-        marks = list(self.using(using).filter(consumer_group=group, topic=topic)
-                     .values_list("partition_key", "offset_acked"))
-        total, estimated = 0, False
-        for batch in sqlb.chunks(marks):
-            params: list[object] = []
-            for partition, watermark in batch:
-                params += [partition, topic, partition, watermark, sample]
-            full: dict[str, tuple[int, int]] = {}
-            for partition, counted, lowest, nth in sqlb.fetch_all(
-                    connection, sqlb.union_all([first] * len(batch)), params):
-                if int(counted) < sample:
-                    total += int(counted)
-                else:
-                    full[partition] = (int(lowest), int(nth))
-            if not full:
-                continue
-            estimated = True
-            params = [v for partition in full for v in (partition, topic, partition)]
-            for partition, newest in sqlb.fetch_all(
-                    connection, sqlb.union_all([head] * len(full)), params):
-                lowest, nth = full[partition]
-                total += 1 + round((sample - 1) * (int(newest) - lowest) / max(1, nth - lowest))
-        return total, estimated
-
-    def oldest_pending(self, group: str, topic: str, using: str) -> int | None:
-        """When the oldest message the group has not consumed became due (epoch ms: the
-        earliest ``deliver_at`` of the first message above each watermark), or None when
-        every partition is consumed. One index seek per partition, 200 to a query."""
-        connection = connections[using]
-        q = sqlb.quoter(connection)
-        branch = (
-            f"SELECT {q('deliver_at')} AS due FROM {q('queue_messages')} "  # noqa: S608 - names quoted, values bound
-            f"WHERE {q('topic')} = %s AND {q('partition_key')} = %s AND {q('position')} > %s "
-            f"ORDER BY {q('position')} LIMIT 1"
-        )
-        marks = list(self.using(using).filter(consumer_group=group, topic=topic)
-                     .values_list("partition_key", "offset_acked"))
-        oldest: int | None = None
-        for batch in sqlb.chunks(marks):
-            params: list[object] = []
-            for partition, watermark in batch:
-                params += [topic, partition, watermark]
-            for (due,) in sqlb.fetch_all(connection, sqlb.union_all([branch] * len(batch)),
-                                         params):
+        where: dict[str, str] = {}
+        if topic is not None:
+            where["topic"] = topic
+        if group is not None:
+            where["consumer_group"] = group
+        if vendor.correlated_ranges(connection):
+            rows = self._lag_rows_correlated(connection, sample, where)
+        else:
+            rows = self._lag_rows_by_partition(connection, sample, where, using)
+        figures: dict[tuple[str, str], LagFigures] = {}
+        for t, g, last, counted, lowest, newest, due in rows:
+            seen = figures.get((t, g), LagFigures(0, 0, False, None))
+            if last is None:
+                lag, estimated = int(counted), seen.estimated
+            else:
+                lowest, last, newest = int(lowest), int(last), int(newest)
+                lag = 1 + round((sample - 1) * (newest - lowest) / max(1, last - lowest))
+                estimated = True
+            oldest = seen.oldest_due
+            if due is not None:
                 oldest = int(due) if oldest is None else min(oldest, int(due))
-        return oldest
+            figures[(t, g)] = LagFigures(seen.partitions + 1, seen.lag + lag, estimated, oldest)
+        return figures
+
+    def _lag_rows_correlated(self, connection: BaseDatabaseWrapper, sample: int,
+                             where: dict[str, str]) -> list[tuple[Any, ...]]:
+        """(topic, group, sample-th position above the watermark, messages above it up to
+        ``sample``, first position above it, newest position, first one's deliver_at) per
+        watermark row: subqueries correlated with the watermark, which PostgreSQL and SQLite
+        run as index ranges starting at it."""
+        q = sqlb.quoter(connection)
+        above = (f"FROM {q('queue_messages')} m WHERE m.{q('topic')} = o.{q('topic')} "
+                 f"AND m.{q('partition_key')} = o.{q('partition_key')} "
+                 f"AND m.{q('position')} > o.{q('offset_acked')}")
+        nth = (f"(SELECT m.{q('position')} {above} ORDER BY m.{q('position')} "
+               f"LIMIT 1 OFFSET {int(sample) - 1})")
+        conditions = " AND ".join(f"o.{q(column)} = %s" for column in where)
+        return sqlb.fetch_all(
+            connection,
+            f"SELECT o.{q('topic')}, o.{q('consumer_group')}, {nth}, "  # noqa: S608 - names quoted, values bound
+            f"(SELECT COUNT(*) {above} AND m.{q('position')} <= COALESCE({nth}, %s)), "
+            f"(SELECT MIN(m.{q('position')}) {above}), "
+            f"(SELECT MAX(m.{q('position')}) FROM {q('queue_messages')} m "
+            f"WHERE m.{q('topic')} = o.{q('topic')} AND m.{q('partition_key')} = o.{q('partition_key')}), "
+            f"(SELECT m.{q('deliver_at')} {above} ORDER BY m.{q('position')} LIMIT 1) "
+            f"FROM {q('queue_offsets')} o{' WHERE ' + conditions if conditions else ''}",
+            [2**62, *where.values()],
+        )
+
+    def _lag_rows_by_partition(self, connection: BaseDatabaseWrapper, sample: int,
+                               where: dict[str, str], using: str) -> list[tuple[Any, ...]]:
+        """The same rows from one branch per watermark, the watermark bound as a value:
+        MariaDB/MySQL read a correlated ``position > o.offset_acked`` as an index lookup on
+        (topic, partition) filtered row by row, a walk over every message of the partition
+        still in the log, where a bound value makes it a range starting at the watermark."""
+        marks = list(self.using(using).filter(**where)
+                     .values_list("topic", "consumer_group", "partition_key", "offset_acked"))
+        q = sqlb.quoter(connection)
+        partition = f"FROM {q('queue_messages')} WHERE {q('topic')} = %s AND {q('partition_key')} = %s"
+        above = f"{partition} AND {q('position')} > %s"
+        in_order = f"ORDER BY {q('position')}"
+        # The first ``sample`` positions above the watermark, read once: their count, the
+        # first and the last (the sample-th when there are that many).
+        branch = (
+            f"SELECT %s AS t, %s AS g, CASE WHEN s.n = %s THEN s.hi END AS nth, s.n, s.lo, "  # noqa: S608 - names quoted, values bound
+            f"(SELECT MAX({q('position')}) {partition}) AS newest, "
+            f"(SELECT {q('deliver_at')} {above} {in_order} LIMIT 1) AS due "
+            f"FROM (SELECT COUNT(*) AS n, MIN(p) AS lo, MAX(p) AS hi FROM "
+            f"(SELECT {q('position')} AS p {above} {in_order} LIMIT %s) AS x) AS s"
+        )
+        rows: list[tuple[Any, ...]] = []
+        for batch in sqlb.chunks(marks, 2000):  # a statement well under max_allowed_packet
+            params: list[object] = []
+            for t, g, p, acked in batch:
+                params += [t, g, sample, t, p, t, p, acked, t, p, acked, sample]
+            rows += sqlb.fetch_all(connection, sqlb.union_all([branch] * len(batch)), params)
+        return rows
 
     def unconsumed_counts(self, topic: str, groups: Sequence[str], using: str) -> dict[str, int]:
         """Per group, how many of the topic's sequenced messages lie above the group's

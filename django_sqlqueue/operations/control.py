@@ -134,8 +134,15 @@ def release_leases(*, subscriber: str | None = None, group: str | None = None,
 
 
 def forget(group: str, topic: str | None = None, *, using: str = "default") -> Forgotten:
-    """Retire a stopped consumer group (see :func:`django_sqlqueue.groups.forget_group`),
-    and its pause state."""
+    """Retire a consumer group none of whose workers is live (stopped, or stale: killed)
+    on ``topic``, or on every topic when it is None (see
+    :func:`django_sqlqueue.groups.forget_group`), and its pause state. An empty topic is
+    refused, never read as every topic."""
+    if topic is not None:
+        if not topic:
+            raise OperationError("the topic is empty: name one, or pass None to forget the "
+                                 "group on every topic")
+        check_name("topic", topic)
     done = forget_group(group, topic, using=using)
     for name in done.topics:
         GroupControl.objects.delete_group(group, name, using)

@@ -12,9 +12,10 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from django.db.models import Count
+from django.db import connections
 
 from ..conf import get_settings
+from ..db import vendor
 from ..models import (
     ConsumerOffset,
     DeliveryState,
@@ -29,7 +30,7 @@ from .errors import UnknownSubscription
 from .names import check_name, database_now_ms
 
 # Lag is counted exactly in each partition up to LAG_SAMPLE messages above the watermark;
-# a partition with more is estimated from those (ConsumerOffsetManager.estimated_lag): a
+# a partition with more is estimated from those (ConsumerOffsetManager.lag_figures): a
 # bounded read whatever the backlog.
 LAG_SAMPLE = 200
 WINDOW_CAP = 100_000  # delivery rows counted per group and topic at most
@@ -72,20 +73,21 @@ def overview(*, topic: str | None = None, group: str | None = None, using: str =
         check_name("topic", topic)
     if group is not None:
         check_name("consumer group", group)
+    with vendor.without_jit(connections[using]):
+        return _overview(topic, group, using, minutes)
+
+
+def _overview(topic: str | None, group: str | None, using: str,
+              minutes: int) -> list[SubscriptionStats]:
     conf = get_settings()
     now_ms = database_now_ms(using)
-    offsets = ConsumerOffset.objects.using(using).all()
-    if topic is not None:
-        offsets = offsets.filter(topic=topic)
-    if group is not None:
-        offsets = offsets.filter(consumer_group=group)
-    pairs: dict[tuple[str, str], int] = {}
-    for t, g, n in (offsets.values_list("topic", "consumer_group")
-                    .annotate(n=Count("partition_key")).values_list("topic", "consumer_group", "n")):
-        pairs[(t, g)] = int(n)
-    topics = sorted({t for t, _ in pairs})
+    # One query per kind of figure, whatever the number of rows (up to a hundred
+    # topic x group rows per query for the delivery windows, 200 topics for dead letters).
+    marks = ConsumerOffset.objects.lag_figures(LAG_SAMPLE, using, topic=topic, group=group)
+    topics = sorted({t for t, _ in marks})
     if not topics:
         return []
+    pairs = sorted(marks)
     workers = SubscriberHeartbeat.objects.active_counts(
         topics, now_ms - int(conf.lease_duration * 1000), using)
     controls = GroupControl.objects.states(topics, using)
@@ -95,34 +97,34 @@ def overview(*, topic: str | None = None, group: str | None = None, using: str =
     # their topic: without them an overview of a stopped fleet would read "lag 0".
     unsequenced = QueueMessage.objects.unsequenced_by_topic(UNSEQUENCED_CAP, using)
     unsequenced_capped = sum(n for n, _ in unsequenced.values()) >= UNSEQUENCED_CAP
-    dead: dict[str, dict[str, int]] = {
-        t: dead_letter_rows.counts_by_group(t + conf.dlq_suffix, DEAD_LETTER_CAP, using)
-        for t in topics
-    }
+    dead = dead_letter_rows.counts_by_group([t + conf.dlq_suffix for t in topics],
+                                            DEAD_LETTER_CAP, using)
+    windows = DeliveryState.objects.window_counts([(g, t) for t, g in pairs], now_ms,
+                                                  WINDOW_CAP, using)
+    minute_starts = [first_minute + i * MINUTE_MS for i in range(minutes)]
     rows = []
-    for (t, g), partitions in sorted(pairs.items()):
-        above, estimated = ConsumerOffset.objects.estimated_lag(g, t, LAG_SAMPLE, using)
-        acked, in_flight = DeliveryState.objects.window_counts(g, t, now_ms, WINDOW_CAP, using)
+    for t, g in pairs:
+        figures = marks[(t, g)]
+        acked, in_flight = windows[(g, t)]
         waiting, oldest_waiting = unsequenced.get(t, (0, now_ms))
-        lag = max(0, above - acked)
-        oldest = ConsumerOffset.objects.oldest_pending(g, t, using) if lag else None
+        lag = max(0, figures.lag - acked)
+        oldest = figures.oldest_due if lag else None
         if waiting:
             lag += waiting
             oldest = oldest_waiting if oldest is None else min(oldest, oldest_waiting)
         series = throughput.get((g, t), {})
-        minute_starts = [first_minute + i * MINUTE_MS for i in range(minutes)]
-        dead_count = dead[t].get(g, 0)
+        dead_here = dead[t + conf.dlq_suffix]
         state = controls.get((g, t))
         rows.append(SubscriptionStats(
-            topic=t, group=g, lag=lag, in_flight=in_flight, dead_letters=dead_count,
+            topic=t, group=g, lag=lag, in_flight=in_flight, dead_letters=dead_here.get(g, 0),
             oldest_pending_age_seconds=(None if oldest is None
                                         else round(max(0, now_ms - oldest) / 1000, 3)),
             workers=workers.get((g, t), 0), paused=bool(state and state.paused),
-            partitions=partitions,
+            partitions=figures.partitions,
             handled_per_minute=[series.get(m, (0, 0))[0] for m in minute_starts],
             failed_per_minute=[series.get(m, (0, 0))[1] for m in minute_starts],
-            lag_estimated=estimated or (bool(waiting) and unsequenced_capped),
-            dead_letters_capped=sum(dead[t].values()) >= DEAD_LETTER_CAP,
+            lag_estimated=figures.estimated or (bool(waiting) and unsequenced_capped),
+            dead_letters_capped=sum(dead_here.values()) >= DEAD_LETTER_CAP,
         ))
     return rows
 
@@ -143,15 +145,17 @@ def health(*, group: str | None = None, max_age: float | None = None,
         raise UnknownSubscription(f"consumer group {group!r} is not registered for any topic")
     problems = []
     for row in rows:
+        failing = []  # every condition that fails, not only the first
         if row.workers == 0:
-            problems.append(f"{row.group}/{row.topic}: no live worker")
-        elif (max_age is not None and row.oldest_pending_age_seconds is not None
-              and row.oldest_pending_age_seconds > max_age and not row.paused):
-            problems.append(f"{row.group}/{row.topic}: oldest pending message due "
-                            f"{row.oldest_pending_age_seconds:.0f}s ago (max {max_age:g}s)")
+            failing.append("no live worker")
+        if (max_age is not None and row.oldest_pending_age_seconds is not None
+                and row.oldest_pending_age_seconds > max_age and not row.paused):
+            failing.append(f"oldest pending message due {row.oldest_pending_age_seconds:.0f}s "
+                           f"ago (max {max_age:g}s)")
+        if failing:
+            problems.append(f"{row.group}/{row.topic}: {', '.join(failing)}")
     if problems:
-        more = f" (+{len(problems) - 3} more)" if len(problems) > 3 else ""
-        return Health(False, "unhealthy: " + "; ".join(problems[:3]) + more)
+        return Health(False, "unhealthy: " + "; ".join(problems))
     return Health(True, f"ok: {len(rows)} subscription(s) have live workers"
                   + (f" and nothing pending over {max_age:g}s" if max_age is not None else ""))
 

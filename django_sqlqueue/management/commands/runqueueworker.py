@@ -26,6 +26,9 @@ USAGE_ERROR = 2  # exit status for bad options, as argparse uses
 # already far over the servers' default connection limits (MariaDB 151, PostgreSQL 100);
 # a larger number is a typo. Run more workers instead.
 MAX_CONCURRENCY = 1000
+# Where the worker's metrics server listens unless --metrics-address says otherwise: this
+# machine only, so the worker's group and topic names are not served to the network.
+METRICS_ADDRESS = "127.0.0.1"
 
 
 class Command(BaseCommand):
@@ -67,6 +70,10 @@ class Command(BaseCommand):
         parser.add_argument("--metrics-port", default=None, metavar="PORT",
                             help="Serve Prometheus metrics of this worker on PORT (needs the "
                                  "'metrics' extra).")
+        parser.add_argument("--metrics-address", default=None, metavar="ADDRESS",
+                            help="Address the metrics server binds to, with --metrics-port "
+                                 f"(default: {METRICS_ADDRESS}, this machine only; 0.0.0.0 "
+                                 "or :: listens on every interface).")
 
     def execute(self, *args: Any, **options: Any) -> Any:
         # The system checks query the database: a worker started while the database
@@ -86,7 +93,7 @@ class Command(BaseCommand):
         name = options["name"] or default_worker_name()
         selected = _select(options, name)
         _configure_logging(int(options["verbosity"]))
-        metrics = _start_metrics(options["metrics_port"])
+        metrics = _start_metrics(options["metrics_port"], options["metrics_address"])
         worker = Worker(
             selected, name=name, concurrency=concurrency,
             burst=options["burst"], using=options["database"], metrics=metrics,
@@ -206,10 +213,17 @@ def _check_options(options: dict[str, Any]) -> int:
     return concurrency
 
 
-def _start_metrics(port_option: Any) -> WorkerMetrics | None:
-    """Serve the worker's metrics on --metrics-port, or return None (no cost) without it."""
+def _start_metrics(port_option: Any, address_option: Any = None) -> WorkerMetrics | None:
+    """Serve the worker's metrics on --metrics-port (bound to --metrics-address), or
+    return None (no cost) without it."""
     if port_option is None:
+        if address_option is not None:
+            raise CommandError("--metrics-address needs --metrics-port", returncode=USAGE_ERROR)
         return None
+    address = METRICS_ADDRESS if address_option is None else str(address_option).strip()
+    if not address or not address.isprintable():
+        raise CommandError(f"--metrics-address must be an IP address or a host name, got "
+                           f"{address_option!r}", returncode=USAGE_ERROR)
     text = str(port_option).strip()
     port = int(text) if text.isascii() and text.isdecimal() else 0
     if not 1 <= port <= 65535:
@@ -219,9 +233,10 @@ def _start_metrics(port_option: Any) -> WorkerMetrics | None:
         raise CommandError(f"--metrics-port: {METRICS_MISSING}", returncode=USAGE_ERROR)
     metrics = WorkerMetrics()
     try:
-        metrics.serve(port)
-    except OSError as exc:
-        raise CommandError(f"--metrics-port {port}: {exc.strerror or exc}",
+        metrics.serve(port, address)
+    except (OSError, UnicodeError) as exc:  # UnicodeError: a host name IDNA cannot encode
+        reason = getattr(exc, "strerror", None) or exc
+        raise CommandError(f"cannot serve metrics on {address} port {port}: {reason}",
                            returncode=USAGE_ERROR) from exc
     metrics.connect()
     return metrics

@@ -16,7 +16,7 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db import connections
 
 from django_sqlqueue import operations as ops
-from django_sqlqueue.conf import MAX_PARTITIONS
+from django_sqlqueue.conf import MAX_PARTITIONS, get_settings
 from django_sqlqueue.exceptions import TopicNotDrained
 from django_sqlqueue.groups import GroupInUse, UnknownGroup
 from django_sqlqueue.management.progress import ProgressBar
@@ -41,6 +41,7 @@ SUBCOMMANDS = {
     "forget": "Retire a consumer group: delete its state so it no longer holds back GC.",
 }
 UNHEALTHY = 1  # exit status of a failed health check
+MAX_INDENT = 16  # spaces per level for stats --json --indent
 
 
 def _errors_in_one_line(parser: ArgumentParser, prog: str) -> None:
@@ -85,16 +86,28 @@ class Command(BaseCommand):
 
     def add_stats_arguments(self, parser: ArgumentParser) -> None:
         parser.add_argument("--json", action="store_true",
-                            help="Print a JSON list of objects instead of a table.")
+                            help="Print a JSON list of objects, one object per line, instead "
+                                 "of a table.")
+        parser.add_argument("--indent", default=None, metavar="N",
+                            help=f"With --json: indent by N spaces (0 to {MAX_INDENT}), for "
+                                 "reading.")
         parser.add_argument("--topic", default=None, help="Only this topic.")
         parser.add_argument("--group", default=None, help="Only this consumer group.")
 
     def handle_stats(self, options: dict[str, Any]) -> None:
+        indent = _indent(options["indent"], options["json"])
         self._known_names(options, options["database"])
         rows = ops.overview(topic=options["topic"], group=options["group"],
                             using=options["database"])
         if options["json"]:
-            self.stdout.write(json.dumps([r.as_json() for r in rows], indent=2))
+            objects = [r.as_json() for r in rows]
+            if indent is not None:
+                self.stdout.write(json.dumps(objects, indent=indent))
+            elif not objects:
+                self.stdout.write("[]")
+            else:
+                # One object per line: a list a log collector or grep can read line by line.
+                self.stdout.write("[\n" + ",\n".join(map(json.dumps, objects)) + "\n]")
             return
         header = ("TOPIC", "GROUP", "LAG", "IN FLIGHT", "DEAD", "OLDEST", "WORKERS", "PAUSED",
                   "LAST MIN", "LAST HOUR")
@@ -144,6 +157,8 @@ class Command(BaseCommand):
 
     def _dead_letters(self, options: dict[str, Any], action: Any, verb: str) -> None:
         flt = dead_letter_filter(options)
+        if flt.topic is not None:
+            _refuse_dead_letter_topic(flt.topic, options["database"])
         self._known_names(options, options["database"])
         batch = _batch_size(options["batch_size"])
         bar = ProgressBar(self.stderr, label=verb)
@@ -308,6 +323,36 @@ def _dead_letter_arguments(parser: ArgumentParser) -> None:
                         help="Print the count and a sample; change nothing.")
     parser.add_argument("--batch-size", default=str(ops.dead_letters.BATCH_SIZE), metavar="N",
                         help="Dead letters per transaction (default: %(default)s).")
+
+
+def _indent(value: Any, as_json: bool) -> int | None:
+    if value is None:
+        return None
+    text = str(value).strip()
+    if not as_json:
+        raise CommandError("--indent goes with --json", returncode=USAGE_ERROR)
+    indent = int(text) if text.isascii() and text.isdecimal() else -1
+    if not 0 <= indent <= MAX_INDENT:
+        raise CommandError(f"--indent must be a whole number from 0 to {MAX_INDENT}, got {text!r}",
+                           returncode=USAGE_ERROR)
+    return indent
+
+
+def _refuse_dead_letter_topic(topic: str, using: str) -> None:
+    """Refuse --topic naming a dead-letter topic (orders_dlq) where the original topic
+    (orders) is meant: it would quietly match nothing."""
+    suffix = get_settings().dlq_suffix
+    base = topic[:-len(suffix)] if topic.endswith(suffix) else ""
+    if not base:
+        return
+    dead_letters = QueueMessage.objects.using(using).filter(failed_at__gt=0)
+    if dead_letters.filter(original_topic=topic).exists():
+        return  # a group consumes the dead-letter topic itself and gave up on some
+    if (dead_letters.filter(original_topic=base).exists()
+            or Topic.objects.using(using).filter(topic=base).exists()):
+        raise CommandError(
+            f"--topic is the topic the messages were published to, not their dead-letter "
+            f"topic: use --topic {base} (not {topic})", returncode=USAGE_ERROR)
 
 
 def _batch_size(value: Any) -> int:
