@@ -4,7 +4,11 @@
 #   make admin         serve the example project's admin (some lag, a dead letter) on
 #                      ADMIN_ADDRESS (default 127.0.0.1:8000); log in as admin / admin
 #   make test          ruff, mypy, migration check, then pytest on SQLite, MariaDB and
-#                      PostgreSQL; with CI=true also the Python 3.11 + Django 5.2 run
+#                      PostgreSQL at once (and with CI=true the Python 3.11 + Django 5.2
+#                      run: in full on SQLite, migrations and publishing on the others),
+#                      then a 60 s chaos run on MariaDB
+#   make test-full     the whole matrix one run after another, for a release: every
+#                      backend on both interpreters, in full
 #   make test-compat   only the Python 3.11 + Django 5.2 run, on all three backends
 #   make test-wheel    build the sdist and the wheel, install the wheel into a fresh
 #                      virtualenv and run the example project on it (SQLite)
@@ -20,7 +24,8 @@
 #   make clean         remove virtualenvs, test databases and caches
 #
 # Variables: PYTEST_ARGS (passed to pytest), BACKENDS (default "sqlite mysql postgres"),
-# SQLITE_URL / MYSQL_URL / POSTGRES_URL, BASE_PYTHON / COMPAT_PYTHON (interpreters),
+# SQLITE_URL / MYSQL_URL / POSTGRES_URL (and COMPAT_*_URL for the Python 3.11 run, which
+# runs at the same time and so needs databases of its own), BASE_PYTHON / COMPAT_PYTHON,
 # CHAOS_SECONDS / CHAOS_DATABASE_URL / CHAOS_ARGS (e.g. "--seed 7 --keep").
 
 SHELL := /bin/bash
@@ -80,6 +85,14 @@ TEST_DATA := $(ROOT)/.test-data
 SQLITE_URL ?= sqlite:///$(TEST_DATA)/sqlqueue.sqlite3
 MYSQL_URL ?= mysql://root@127.0.0.1:3306/test
 POSTGRES_URL ?= postgres://postgres@127.0.0.1:5432/test
+COMPAT_SQLITE_URL ?= sqlite:///$(TEST_DATA)/compat.sqlite3
+COMPAT_MYSQL_URL ?= mysql://root@127.0.0.1:3306/compat
+COMPAT_POSTGRES_URL ?= postgres://postgres@127.0.0.1:5432/compat
+# What the Python 3.11 run covers on MariaDB and PostgreSQL under make test: the
+# migrations, the system checks and publishing (the rest runs there on Python 3.13, and
+# on SQLite in full on Python 3.11).
+COMPAT_SMOKE_TESTS ?= tests/test_migrations.py tests/test_migration_partitions.py \
+  tests/test_migration_heartbeat_groups.py tests/test_checks.py tests/test_publish.py
 BACKENDS ?= sqlite mysql postgres
 BENCH_DATABASE_URL ?= $(or $(DATABASE_URL),$(MYSQL_URL))
 PYTEST_ARGS ?=
@@ -145,10 +158,10 @@ endef
 
 # --------------------------------------------------------------------------- targets
 
-.PHONY: help demo admin test test-backends test-compat test-wheel lint check-migrations bench bench-spark chaos chaos-short provision clean FORCE
+.PHONY: help demo admin test test-matrix test-full test-backends test-compat test-wheel lint check-migrations bench bench-spark chaos chaos-short provision clean FORCE
 
 help:
-	@sed -n '3,23s/^# \{0,1\}//p' $(firstword $(MAKEFILE_LIST))
+	@sed -n '3,28s/^# \{0,1\}//p' $(firstword $(MAKEFILE_LIST))
 
 # The venv marker is re-checked on every run but only rewritten when the interpreter
 # changes, so the install stamps below are redone only when needed.
@@ -217,7 +230,33 @@ test-backends: export SQLQUEUE_REQUIRE_SPARK := 1
 test-backends: $(VENV)/.stamp-spark | provision
 	$(call run_suite,$(PY),Python $(BASE_VERSION) / Django $(DJANGO_SERIES))
 
-test: lint check-migrations test-wheel test-backends $(if $(filter mysql,$(BACKENDS)),chaos-short) $(if $(IS_CI),test-compat)
+# make test under CI=true from a fresh clone on this machine (2 CPUs): see the phase
+# times in docs/benchmarks.md ("CI"). The suites run at once (tests/matrix.py); the chaos
+# run comes last and alone, since it restarts MariaDB.
+test: lint check-migrations test-matrix $(if $(filter mysql,$(BACKENDS)),chaos-short)
+
+# The wheel check runs beside the suites: it only uses SQLite files of its own.
+WHEEL_SUITE = The wheel, installed=!$(PY) tests/wheel/check.py --work $(TEST_DATA)/wheel
+
+# $(call suite,<title>,<python>,<url>,<pytest args>): one argument of tests/matrix.py.
+suite = '$(1)=$(2)|$(3)|$(4)'
+backend_url = $(if $(filter sqlite,$(1)),$(SQLITE_URL),$(if $(filter mysql,$(1)),$(MYSQL_URL),$(POSTGRES_URL)))
+backend_name = $(if $(filter sqlite,$(1)),SQLite,$(if $(filter mysql,$(1)),MariaDB,PostgreSQL))
+compat_url = $(if $(filter sqlite,$(1)),$(COMPAT_SQLITE_URL),$(if $(filter mysql,$(1)),$(COMPAT_MYSQL_URL),$(COMPAT_POSTGRES_URL)))
+# Under CI=true the Python 3.11 run goes along: in full on SQLite, and on the servers the
+# migrations, checks and publishing. The spark extra is not installed there.
+COMPAT_SUITES = $(if $(IS_CI),$(foreach b,$(BACKENDS),$(call suite,Python $(COMPAT_VERSION) / Django $(COMPAT_DJANGO_SERIES): $(call backend_name,$(b)),$(COMPAT_PY),$(call compat_url,$(b)),-m "not spark" $(if $(filter sqlite,$(b)),,$(COMPAT_SMOKE_TESTS)) $(PYTEST_ARGS))))
+
+test-matrix: export SQLQUEUE_REQUIRE_SPARK := 1
+test-matrix: $(VENV)/.stamp-spark $(if $(IS_CI),$(COMPAT_VENV)/.stamp-dev) | provision
+	@mkdir -p $(TEST_DATA)
+	$(PY) -m tests.matrix \
+	  $(foreach b,$(BACKENDS),$(call suite,Python $(BASE_VERSION) / Django $(DJANGO_SERIES): $(call backend_name,$(b)),$(PY),$(call backend_url,$(b)),$(PYTEST_ARGS))) \
+	  $(COMPAT_SUITES) \
+	  '$(WHEEL_SUITE)'
+
+# The whole matrix, one run after another, as a release wants it.
+test-full: lint check-migrations test-wheel test-backends $(if $(filter mysql,$(BACKENDS)),chaos-short) test-compat
 
 # Without the spark extra: the Spark tests are skipped there, each with its reason.
 test-compat: $(COMPAT_VENV)/.stamp-dev | provision

@@ -1,0 +1,137 @@
+"""Run several pytest suites at once, each against its own database, and report each
+suite's outcome and wall time.
+
+The suite is mostly waiting (worker processes, leases, polls), so the backends' runs
+overlap well even on two CPUs. Each suite writes its output to a log file under
+``.test-data/logs/``; a suite's log is printed whole once it ends, so runs never
+interleave their lines. Used by ``make test``::
+
+    python -m tests.matrix 'MariaDB=.venv/bin/python|mysql://root@127.0.0.1:3306/test|-m "not slow"'
+
+Each argument is ``TITLE=PYTHON|DATABASE_URL|PYTEST ARGS`` (the arguments are split as
+a shell would), or ``TITLE=!COMMAND`` for a check that is not pytest (the wheel's). A
+server that cannot be reached fails the run under CI=true and skips the suite loudly
+otherwise. Exits 0 when every suite passed, else 1.
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+LOG_DIR = REPO_ROOT / ".test-data" / "logs"
+
+
+@dataclass
+class Suite:
+    title: str
+    python: str
+    database_url: str
+    pytest_args: list[str]
+    command: list[str] | None = None
+    process: subprocess.Popen[bytes] | None = None
+    log: Path | None = None
+    started: float = 0.0
+    outcome: str = ""
+    seconds: float = 0.0
+
+
+def parse(spec: str) -> Suite:
+    title, sep, rest = spec.partition("=")
+    if sep and rest.startswith("!"):
+        return Suite(title.strip(), "", "", [], command=shlex.split(rest[1:]))
+    parts = rest.split("|", 2)
+    if not sep or len(parts) < 2:
+        raise SystemExit(f"matrix: bad suite {spec!r}: expected TITLE=PYTHON|DATABASE_URL|PYTEST ARGS")
+    args = shlex.split(parts[2]) if len(parts) > 2 else []
+    return Suite(title.strip(), parts[0].strip(), parts[1].strip(), args)
+
+
+def is_ci() -> bool:
+    return os.environ.get("CI", "").strip().lower() in {"1", "true", "yes", "on"}
+
+
+def unreachable(suite: Suite, env: dict[str, str]) -> str | None:
+    """Why the suite's database server cannot be reached, or None."""
+    if suite.command is not None or suite.database_url.startswith("sqlite"):
+        return None
+    probe = subprocess.run(
+        [suite.python, "-m", "tests.backends"], cwd=REPO_ROOT, env=env,
+        capture_output=True, text=True, check=False,
+    )
+    if probe.returncode == 0:
+        return None
+    return (probe.stdout + probe.stderr).strip() or f"exit {probe.returncode}"
+
+
+def start(suite: Suite) -> None:
+    env = dict(os.environ, DATABASE_URL=suite.database_url,
+               PYTHONPATH=os.pathsep.join(filter(None, [str(REPO_ROOT), os.environ.get("PYTHONPATH")])))
+    reason = unreachable(suite, env)
+    if reason is not None:
+        suite.outcome = "UNREACHABLE" if is_ci() else "SKIPPED"
+        print(f"matrix: {suite.title}: {reason}"
+              + (" -- CI=true requires every backend" if is_ci() else " (skipped)"), flush=True)
+        return
+    slug = "".join(c if c.isalnum() else "-" for c in suite.title.lower()).strip("-")
+    suite.log = LOG_DIR / f"{slug}.log"
+    command = suite.command or [suite.python, "-m", "pytest", *suite.pytest_args]
+    print(f"matrix: {suite.title}: started ({suite.database_url or shlex.join(command)})",
+          flush=True)
+    suite.started = time.monotonic()
+    with suite.log.open("wb") as out:
+        out.write(f"$ DATABASE_URL={suite.database_url} {shlex.join(command)}\n".encode())
+        out.flush()
+        suite.process = subprocess.Popen(command, cwd=REPO_ROOT, env=env, stdout=out,
+                                         stderr=subprocess.STDOUT)
+
+
+def finish(suite: Suite, returncode: int) -> None:
+    suite.seconds = time.monotonic() - suite.started
+    suite.outcome = "ok" if returncode == 0 else f"FAILED(exit-{returncode})"
+    print(f"\n==================== {suite.title}: {suite.outcome} in {suite.seconds:.0f} s "
+          f"====================", flush=True)
+    assert suite.log is not None
+    sys.stdout.write(suite.log.read_text(errors="replace"))
+    sys.stdout.flush()
+
+
+def main(argv: list[str]) -> int:
+    if not argv:
+        raise SystemExit(__doc__)
+    suites = [parse(spec) for spec in argv]
+    LOG_DIR.mkdir(parents=True, exist_ok=True)
+    began = time.monotonic()
+    for suite in suites:
+        start(suite)
+    running = [s for s in suites if s.process is not None]
+    try:
+        while running:
+            for suite in list(running):
+                assert suite.process is not None
+                returncode = suite.process.poll()
+                if returncode is not None:
+                    running.remove(suite)
+                    finish(suite, returncode)
+            time.sleep(0.5)
+    except KeyboardInterrupt:
+        for suite in running:
+            assert suite.process is not None
+            suite.process.terminate()
+        raise
+    print(f"\nmatrix: {len(suites)} suites in {time.monotonic() - began:.0f} s:")
+    for suite in suites:
+        took = f" {suite.seconds:.0f} s" if suite.seconds else ""
+        print(f"  {suite.title}: {suite.outcome}{took}")
+    failed = [s for s in suites if s.outcome not in ("ok", "SKIPPED")]
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
