@@ -63,6 +63,9 @@ LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
     "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"}},
-    "handlers": {"stderr": {"class": "logging.StreamHandler", "formatter": "plain"}},
-    "loggers": {"django_sqlqueue": {"handlers": ["stderr"], "level": "INFO"}},
+    "handlers": {
+        "stderr": {"class": "logging.StreamHandler", "formatter": "plain"},
+        "observed": {"class": "tests.chaos.observe.LeaseLossRecorder", "level": "WARNING"},
+    },
+    "loggers": {"django_sqlqueue": {"handlers": ["stderr", "observed"], "level": "INFO"}},
 }
