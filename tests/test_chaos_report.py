@@ -11,8 +11,15 @@ from pathlib import Path
 import pytest
 
 from tests.chaos import records, report, verify
-from tests.chaos.evidence import Faults, Published, Run, Transaction, read_faults, read_published
-from tests.chaos.evidence import read_runs
+from tests.chaos.evidence import (
+    Faults,
+    Published,
+    Run,
+    Transaction,
+    read_faults,
+    read_published,
+    read_runs,
+)
 
 GROUPS = report.GROUPS
 STRICT = report.STRICT_GROUP
@@ -268,6 +275,8 @@ def test_a_restart_that_did_not_restart_the_server_fails() -> None:
     planted = Planted()
     planted.faults.restarts = [({"started": 100.0, "pid": 7}, {"started": 100.0, "pid": 7})]
     assert fault_status(planted)["database restart"] == "FAILED"
+    planted.faults.restarts = [({"started": 100.0, "pid": 0}, {"started": 100.0, "pid": 0})]
+    assert fault_status(planted)["database restart"] == "FAILED"  # PostgreSQL: no pid
 
 
 def test_a_lock_nobody_else_saw_or_held_too_briefly_fails() -> None:

@@ -102,9 +102,10 @@ def _duplicates(report: GroupReport, successes: list[Run], published: Published,
         else:
             earlier = successes[reasons.index("")]
             report.duplicates_unexplained.append(
-                f"m{later.n}@{later.offset} ran ok on pid {earlier.pid} "
-                f"[{earlier.start:.2f}, {earlier.end:.2f}] and again on pid {later.pid} "
-                f"from {later.start:.2f}")
+                f"m{later.n}@{later.offset} attempt {earlier.attempt} ran ok on pid "
+                f"{earlier.pid} thread {earlier.thread} [{earlier.start:.3f}, "
+                f"{earlier.end:.3f}], attempt {later.attempt} again on pid {later.pid} "
+                f"thread {later.thread} from {later.start:.3f}")
 
 
 def _timed_out(run: Run, published: Published) -> bool:

@@ -36,6 +36,7 @@ PUBLISHERS = (("steady", 2), ("bulk", 1), ("slow", 1), ("rollback", 1))
 KILL_EVERY = (4.0, 7.0)  # seconds between two kill -9s
 RESTART_AFTER = 1.0  # seconds from a kill to the restart
 HANG_NUMBER = 1  # the message number of the one message whose first run hangs
+FIRST_KILL = 14.0  # seconds from the start
 
 
 @dataclass
@@ -54,7 +55,9 @@ def schedule(seconds: float, seed: int, lease: float, restart_db: str, lock: str
                           "publishers: 2 steady, 1 bulk (publish_many), 1 slow (transactions "
                           "open 2-4 s), 1 rolling back; one message whose handler hangs"),
     ]
-    t = 5.0
+    # The first kill comes after the hung message's first run has outlived MAX_HANDLER_TIME
+    # (8 s), so that a kill of its worker cannot cut the hang short.
+    t = FIRST_KILL
     while t < seconds - 5:
         events.append(Event(round(t, 1), "kill", "kill -9 of a random worker, restarted "
                                                  f"{RESTART_AFTER:g} s later under its name"))
@@ -64,7 +67,9 @@ def schedule(seconds: float, seed: int, lease: float, restart_db: str, lock: str
     events.append(Event(round(seconds * 0.35, 1), "lock",
                         f"an idle transaction locks a message row for {lease + 3:g} s"
                         + (f" (NOT EXERCISED: {lock})" if lock else "")))
-    events.append(Event(round(seconds * 0.55, 1), "restart_db",
+    # After the lock is released: a restart would end the idle transaction early.
+    restart_at = max(seconds * 0.55, seconds * 0.35 + lease + 3 + 2)
+    events.append(Event(round(restart_at, 1), "restart_db",
                         "the database server is stopped for 2 s and started again"
                         + (f" (NOT EXERCISED: {restart_db})" if restart_db else "")))
     events.append(Event(seconds, "end", "publishers stop; drain; report"))
