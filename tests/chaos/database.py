@@ -6,7 +6,6 @@ from __future__ import annotations
 import threading
 import time
 from collections import Counter
-from pathlib import Path
 from typing import Any
 
 from django.core.management import call_command
@@ -38,7 +37,7 @@ def describe() -> str:
 # --------------------------------------------------------------------------- restart
 
 
-def restart_server(server: Server, log: Path, down_seconds: float = 2.0) -> float:
+def restart_server(server: Server, down_seconds: float = 2.0) -> float:
     """Stop the database server, keep it down ``down_seconds``, start it again and wait
     until it answers; return how long it was unreachable. The records name the server's
     start time and pid before and after, so the report can tell it really restarted."""
@@ -48,7 +47,7 @@ def restart_server(server: Server, log: Path, down_seconds: float = 2.0) -> floa
     records.write("faults", e="db_down", server=before)
     server.stop()
     time.sleep(down_seconds)
-    server.start(log)
+    server.start()
     server.wait_until_up()
     records.write("faults", e="db_up", server=server.state())
     return time.monotonic() - started

@@ -118,14 +118,15 @@ class Server:
             subprocess.run(["pg_ctlcluster", "--skip-systemctl-redirect", *self.cluster, "stop",
                             "-m", "fast"], check=True, capture_output=True, timeout=60)
 
-    def start(self, log: Path) -> None:
+    def start(self) -> None:
         if self.vendor == "mysql":
             if _answers():
                 return  # a supervisor started it again already
-            with log.open("ab") as out:
-                subprocess.Popen(self.command, cwd=self.cwd, env=self.environ,
-                                 stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
-                                 start_new_session=True)
+            # Detached, its output dropped, as start-stop-daemon --background does: the
+            # server outlives this run (its error log is where its own settings say).
+            subprocess.Popen(self.command, cwd=self.cwd, env=self.environ,
+                             stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                             stderr=subprocess.DEVNULL, start_new_session=True)
         else:
             subprocess.run(["pg_ctlcluster", "--skip-systemctl-redirect", *self.cluster, "start"],
                            check=True, capture_output=True, timeout=60)
