@@ -44,9 +44,11 @@ class LeaseLossRecorder(logging.Handler):
     one worker)."""
 
     def emit(self, record: logging.LogRecord) -> None:
-        if not str(record.msg).startswith("lease lost") or len(record.args or ()) < 3:
+        args = record.args
+        if not str(record.msg).startswith("lease lost") or not isinstance(args, tuple) \
+                or len(args) < 3:
             return
-        group, _topic, partition = record.args[:3]  # type: ignore[index]
+        group, _topic, partition = args[:3]
         with contextlib.suppress(KeyError, OSError):  # KeyError: not in a chaos run
             records.write("observed", e="lease_lost", g=group, part=str(partition))
 

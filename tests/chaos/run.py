@@ -178,11 +178,11 @@ def main(argv: list[str] | None = None) -> int:
     directory = Path(tempfile.mkdtemp(prefix="sqlqueue-chaos-"))
     os.environ["CHAOS_DIR"] = str(directory)
     django.setup()
-    from django.conf import settings
     from django.db import connection
 
     from . import database, fleet, records
     from .server import Server
+    from .settings import MAX_HANDLER_TIME
 
     database.prepare()
     server = Server()
@@ -250,7 +250,7 @@ def main(argv: list[str] | None = None) -> int:
     plan = verify.Plan(
         kills=sum(e.what == "kill" for e in events), pauses=1, pause_seconds=run.lease + 4,
         skew_seconds=float(fleet.CLOCK_SKEW.rstrip("s")), lock_seconds=run.lease + 3,
-        max_handler_time=float(settings.SQLQUEUE["MAX_HANDLER_TIME"]), vendor=connection.vendor)
+        max_handler_time=MAX_HANDLER_TIME, vendor=connection.vendor)
     return finish(run, args, directory, plan, drained_at)
 
 

@@ -87,7 +87,9 @@ def _skew(plan: Plan, faults: Faults) -> FaultCheck:
     if faults.clock is None:
         return FaultCheck("clock skew", 0, "FAILED", "the orchestrator recorded no clock")
     mono0, wall0 = faults.clock
-    skewed, straight, against_db = [], [], []
+    skewed: list[float] = []
+    straight: list[float] = []
+    against_db: list[float] = []
     for pid, mono, wall, db in faults.clocks:
         skew = (wall - mono) - (wall0 - mono0)
         (skewed if pid in faults.skewed else straight).append(skew)
