@@ -96,6 +96,7 @@ class Run:
 class Faults:
     kills: dict[int, float] = field(default_factory=dict)  # pid -> when it was killed
     kill_codes: dict[int, int | None] = field(default_factory=dict)  # pid -> exit status seen
+    kills_skipped: int = 0  # scheduled kills with no worker that could be killed
     pauses: dict[int, list[tuple[float, float]]] = field(default_factory=lambda: defaultdict(list))
     pause_states: list[str] = field(default_factory=list)  # /proc state seen after SIGSTOP
     db_outages: list[tuple[float, float]] = field(default_factory=list)
@@ -186,6 +187,8 @@ def read_faults(directory: Path) -> Faults:
         e = r["e"]
         if e == "start" and r.get("skewed"):
             faults.skewed.add(r["pid"])
+        elif e == "kill_skipped":
+            faults.kills_skipped += 1
         elif e == "kill":
             faults.kills[r["pid"]] = r["t"]
             faults.kill_codes[r["pid"]] = r.get("code")

@@ -34,6 +34,7 @@ def run(message: sqlqueue.Message, slow_seconds: float = 0.0) -> None:
         if payload.get("flaky") and message.attempt == 1:
             raise RuntimeError("flaky: fails its first attempt")
         if payload.get("hang") and message.attempt == 1:
+            records.write("hang", g=message.group)  # the orchestrator kills another worker
             _forever.wait(HANG_SECONDS)
         if slow_seconds and payload.get("slow") and message.attempt == 1:
             _forever.wait(slow_seconds)

@@ -36,7 +36,6 @@ PUBLISHERS = (("steady", 2), ("bulk", 1), ("slow", 1), ("rollback", 1))
 KILL_EVERY = (4.0, 7.0)  # seconds between two kill -9s
 RESTART_AFTER = 1.0  # seconds from a kill to the restart
 HANG_NUMBER = 1  # the message number of the one message whose first run hangs
-FIRST_KILL = 14.0  # seconds from the start
 
 
 @dataclass
@@ -55,9 +54,7 @@ def schedule(seconds: float, seed: int, lease: float, restart_db: str, lock: str
                           "publishers: 2 steady, 1 bulk (publish_many), 1 slow (transactions "
                           "open 2-4 s), 1 rolling back; one message whose handler hangs"),
     ]
-    # The first kill comes after the hung message's first run has outlived MAX_HANDLER_TIME
-    # (8 s), so that a kill of its worker cannot cut the hang short.
-    t = FIRST_KILL
+    t = 5.0
     while t < seconds - 5:
         events.append(Event(round(t, 1), "kill", "kill -9 of a random worker, restarted "
                                                  f"{RESTART_AFTER:g} s later under its name"))
@@ -96,12 +93,27 @@ class Run:
     # ------------------------------------------------------------------ faults
 
     def kill_one(self) -> None:
-        candidates = [w for w in self.workers if w.alive and w.name not in self.paused]
+        hanging = self.hanging()
+        candidates = [w for w in self.workers
+                      if w.alive and w.name not in self.paused and w.pid not in hanging]
         if not candidates:
+            from . import records
+
+            records.write("faults", e="kill_skipped", why="no live worker that may be killed")
             return
         worker = self.random.choice(candidates)
         worker.kill()
         self._later(RESTART_AFTER, worker.start)
+
+    def hanging(self) -> set[int]:
+        """Workers whose hung run has not yet outlived MAX_HANDLER_TIME: a kill would cut
+        the hang short, and that fault would not be exercised."""
+        from . import records
+        from .settings import MAX_HANDLER_TIME
+
+        now = time.monotonic()
+        return {r["p"] for r in records.read(self.directory, "hang")
+                if now - r["t"] < MAX_HANDLER_TIME + 2}
 
     def pause_one(self) -> None:
         candidates = [w for w in self.workers if w.alive and not w.skewed]

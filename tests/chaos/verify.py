@@ -62,11 +62,13 @@ def check_faults(plan: Plan, faults: Faults, runs: list[Run], published: Publish
 def _kills(plan: Plan, faults: Faults) -> FaultCheck:
     codes = list(faults.kill_codes.values())
     wrong = [c for c in codes if c != -signal.SIGKILL]
-    if wrong or len(codes) < plan.kills:
+    if wrong or len(codes) + faults.kills_skipped < plan.kills or not codes:
         return FaultCheck("kill -9", len(codes), "FAILED",
                           f"{len(codes)} of {plan.kills} kills applied; exit statuses "
                           f"other than SIGKILL: {wrong}")
-    return FaultCheck("kill -9", len(codes), "verified", "every one exited by SIGKILL")
+    skipped = (f"; {faults.kills_skipped} skipped: no live worker that may be killed"
+               if faults.kills_skipped else "")
+    return FaultCheck("kill -9", len(codes), "verified", f"every one exited by SIGKILL{skipped}")
 
 
 def _pauses(plan: Plan, faults: Faults) -> FaultCheck:
