@@ -261,6 +261,14 @@ def test_a_lease_the_worker_lost_explains_a_redelivery_of_its_partition_only() -
     assert redeliver(planted, acked=12.3, kill=None).duplicates_unexplained == []
 
 
+def test_a_run_recorded_between_the_kill_signal_and_the_death_is_cut_off_by_it() -> None:
+    planted = Planted()
+    first = planted.find("ledger", 3)[0]
+    planted.faults.kills_sent[WORKER] = first.start - 0.001
+    result = redeliver(planted, acked=None, kill=first.start + 0.201)
+    assert dict(result.duplicates_explained) == {"worker killed before the ack": 1}
+
+
 def test_a_fault_on_another_worker_explains_nothing() -> None:
     planted = Planted()
     planted.faults.kills[OTHER + 1] = 15.0
@@ -350,7 +358,7 @@ def test_the_records_the_processes_write_read_back(tmp_path: Path,
     records.write("runs", e="start", g="strict", n=1, k="a", o=11, pos=3, a=1, part="4",
                   th=7, t=2.0)
     records.write("runs", e="end", g="strict", n=1, k="a", o=11, pos=3, a=1, ok=True, t=2.5)
-    records.write("faults", e="kill", pid=42, code=-9, t=3.0)
+    records.write("faults", e="kill", pid=42, code=-9, t=3.0, dead=3.01)
     records.write("observed", e="lease_lost", g="strict", part="4", t=3.5)
     records.write("observed", e="acked", g="strict", o=11, t=2.6)
     published = read_published(tmp_path)
@@ -361,5 +369,6 @@ def test_the_records_the_processes_write_read_back(tmp_path: Path,
     assert (run.partition, run.end, run.ok, run.position) == ("4", 2.5, True, 3)
     faults = read_faults(tmp_path)
     assert faults.kill_codes == {42: -9}
+    assert (faults.kills_sent, faults.kills) == ({42: 3.0}, {42: 3.01})
     assert faults.lease_lost_within(run.pid, "strict", "4", 3.0, 4.0)
     assert faults.acked_after(run) == 2.6

@@ -94,7 +94,10 @@ class Run:
 
 @dataclass
 class Faults:
-    kills: dict[int, float] = field(default_factory=dict)  # pid -> when it was killed
+    kills: dict[int, float] = field(default_factory=dict)  # pid -> when it was dead (reaped)
+    # pid -> when SIGKILL was sent: the process may still write a record or two until it
+    # is dead, so a kill spans (sent, dead).
+    kills_sent: dict[int, float] = field(default_factory=dict)
     kill_codes: dict[int, int | None] = field(default_factory=dict)  # pid -> exit status seen
     kills_skipped: int = 0  # scheduled kills with no worker that could be killed
     pauses: dict[int, list[tuple[float, float]]] = field(default_factory=lambda: defaultdict(list))
@@ -115,8 +118,10 @@ class Faults:
     stopped_at: float = math.inf  # when the workers were stopped at the end
 
     def killed_within(self, pid: int, since: float, until: float) -> bool:
-        at = self.kills.get(pid)
-        return at is not None and since <= at <= until
+        dead = self.kills.get(pid)
+        if dead is None:
+            return False
+        return self.kills_sent.get(pid, dead) <= until and dead >= since
 
     def paused_within(self, pid: int, since: float, until: float) -> bool:
         return any(a <= until and b >= since for a, b in self.pauses.get(pid, []))
@@ -190,7 +195,8 @@ def read_faults(directory: Path) -> Faults:
         elif e == "kill_skipped":
             faults.kills_skipped += 1
         elif e == "kill":
-            faults.kills[r["pid"]] = r["t"]
+            faults.kills_sent[r["pid"]] = r["t"]
+            faults.kills[r["pid"]] = r.get("dead", r["t"])
             faults.kill_codes[r["pid"]] = r.get("code")
         elif e == "stop":
             paused_since[r["pid"]] = r["t"]

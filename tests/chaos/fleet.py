@@ -98,7 +98,8 @@ class Worker:
             code = self.proc.wait()
             self.exit_codes.append(code)
             # The exit status shows the kill took effect (-9), not a crash just before it.
-            records.write("faults", e="kill", name=self.name, pid=self.proc.pid, t=at, code=code)
+            records.write("faults", e="kill", name=self.name, pid=self.proc.pid, t=at,
+                          dead=time.monotonic(), code=code)
 
     def stop(self, timeout: float) -> int | None:
         """SIGTERM, then wait; SIGKILL after ``timeout``. The exit code, or None if killed."""
