@@ -3,12 +3,9 @@ idle transaction) and what the report reads from it."""
 
 from __future__ import annotations
 
-import json
-import shutil
-import subprocess
 import threading
 import time
-from pathlib import Path
+from collections import Counter
 from typing import Any
 
 from django.core.management import call_command
@@ -18,9 +15,8 @@ from benchmarks.database import QUEUE_TABLES, ensure_database, truncate
 from django_sqlqueue.models import ConsumerOffset, QueueMessage
 
 from . import records
+from .server import Server
 from .settings import TOPIC
-
-LOCAL_HOSTS = {"", "localhost", "127.0.0.1", "::1"}
 
 
 def prepare() -> None:
@@ -41,56 +37,19 @@ def describe() -> str:
 # --------------------------------------------------------------------------- restart
 
 
-def restart_command() -> str:
-    """Why the server cannot be restarted here, or '' when it can."""
-    db = connection.settings_dict
-    if connection.vendor == "sqlite":
-        return "SQLite has no server"
-    if str(db.get("HOST") or "") not in LOCAL_HOSTS:
-        return "the server is not on this machine"
-    if connection.vendor == "mysql" and not (Path("/usr/sbin/mariadbd").exists()
-                                             and shutil.which("mysqladmin")):
-        return "no /usr/sbin/mariadbd and mysqladmin here"
-    if connection.vendor == "postgresql" and not shutil.which("pg_ctlcluster"):
-        return "no pg_ctlcluster here"
-    return ""
-
-
-def restart_server(down_seconds: float = 2.0) -> float:
+def restart_server(server: Server, down_seconds: float = 2.0) -> float:
     """Stop the database server, keep it down ``down_seconds``, start it again and wait
-    until it answers; return how long it was unreachable."""
-    db = connection.settings_dict
+    until it answers; return how long it was unreachable. The records name the server's
+    start time and pid before and after, so the report can tell it really restarted."""
+    before = server.state()
     connection.close()
     started = time.monotonic()
-    records.write("faults", e="db_down")
-    if connection.vendor == "mysql":
-        port = str(db.get("PORT") or 3306)
-        user = str(db.get("USER") or "root")
-        subprocess.run(["mysqladmin", "-h127.0.0.1", f"-P{port}", f"-u{user}", "shutdown"],
-                       check=True, capture_output=True, timeout=60)
-        time.sleep(down_seconds)
-        subprocess.run(["start-stop-daemon", "--start", "--oknodo", "--background", "--exec",
-                        "/usr/sbin/mariadbd"], check=True, capture_output=True, timeout=60)
-    else:
-        version = sorted(p.name for p in Path("/etc/postgresql").iterdir())[-1]
-        subprocess.run(["pg_ctlcluster", "--skip-systemctl-redirect", version, "main", "stop",
-                        "-m", "fast"], check=True, capture_output=True, timeout=60)
-        time.sleep(down_seconds)
-        subprocess.run(["pg_ctlcluster", "--skip-systemctl-redirect", version, "main", "start"],
-                       check=True, capture_output=True, timeout=60)
-    deadline = time.monotonic() + 60
-    while True:
-        try:
-            connection.ensure_connection()
-            with connection.cursor() as cursor:
-                cursor.execute("SELECT 1")
-            break
-        except DatabaseError:
-            connection.close()
-            if time.monotonic() > deadline:
-                raise
-            time.sleep(0.2)
-    records.write("faults", e="db_up")
+    records.write("faults", e="db_down", server=before)
+    server.stop()
+    time.sleep(down_seconds)
+    server.start()
+    server.wait_until_up()
+    records.write("faults", e="db_up", server=server.state())
     return time.monotonic() - started
 
 
@@ -99,7 +58,8 @@ def restart_server(down_seconds: float = 2.0) -> float:
 
 class LockHolder(threading.Thread):
     """An idle transaction that locks one consumed message row (as a forgotten shell
-    session or a stuck request would) and holds it for ``seconds``."""
+    session or a stuck request would) and holds it for ``seconds``. Its record says which
+    row, whether another connection found it locked, and how long it was held."""
 
     def __init__(self, seconds: float) -> None:
         super().__init__(name="chaos-lock", daemon=True)
@@ -108,38 +68,62 @@ class LockHolder(threading.Thread):
         self.error = ""
 
     def run(self) -> None:
+        probed = False
+        held_from = held_until = 0.0
         try:
             with transaction.atomic():
                 target = (QueueMessage.objects.select_for_update()
                           .filter(topic=TOPIC, position__isnull=False)
                           .order_by("-position").values_list("offset", flat=True)[:1])
                 self.locked = next(iter(target), None)
+                held_from = time.monotonic()
                 records.write("faults", e="lock", offset=self.locked)
-                time.sleep(self.seconds)
-            records.write("faults", e="unlock", offset=self.locked)
+                if self.locked is not None:
+                    probed = _locked_elsewhere(self.locked)
+                time.sleep(max(0.0, held_from + self.seconds - time.monotonic()))
+                held_until = time.monotonic()
         except DatabaseError as exc:
             self.error = str(exc)
-            records.write("faults", e="unlock", offset=self.locked, error=self.error[:200])
+        finally:
+            records.write("faults", e="unlock", offset=self.locked, probed=probed,
+                          held=round(held_until - held_from, 3) if held_until else 0.0,
+                          intended=self.seconds, error=self.error[:200])
+            connections.close_all()
+
+
+def _locked_elsewhere(offset: int) -> bool:
+    """Whether another connection finds the row locked (a NOWAIT locking read fails)."""
+    found: list[bool] = []
+
+    def probe() -> None:
+        try:
+            with transaction.atomic():
+                list(QueueMessage.objects.select_for_update(nowait=True)
+                     .filter(offset=offset).values_list("offset", flat=True))
+            found.append(False)
+        except DatabaseError:
+            found.append(True)
         finally:
             connections.close_all()
+
+    thread = threading.Thread(target=probe, name="chaos-lock-probe")
+    thread.start()
+    thread.join(30)
+    return bool(found and found[0])
 
 
 # --------------------------------------------------------------------------- reading
 
 
-def dead_letters(groups: tuple[str, ...], suffix: str) -> dict[str, set[int]]:
-    """Per group, the message numbers of its dead-letter copies."""
-    result: dict[str, set[int]] = {group: set() for group in groups}
+def dead_letters(groups: tuple[str, ...], suffix: str) -> dict[str, Counter[int]]:
+    """Per group, its dead-letter copies counted per original offset."""
+    result: dict[str, Counter[int]] = {group: Counter() for group in groups}
     rows = QueueMessage.objects.filter(topic=TOPIC + suffix).values_list("consumer_group",
-                                                                        "payload")
-    for group, payload in rows:
+                                                                        "original_offset")
+    for group, offset in rows:
         if group in result:
-            result[group].add(int(_payload(payload)["n"]))
+            result[group][int(offset)] += 1
     return result
-
-
-def _payload(value: Any) -> Any:
-    return json.loads(value) if isinstance(value, str) else value
 
 
 def lag(groups: tuple[str, ...]) -> dict[str, int]:

@@ -70,6 +70,20 @@ class Worker:
             )
         records.write("faults", e="start", name=self.name, pid=self.proc.pid, skewed=self.skewed)
 
+    def state(self, wanted: str, timeout: float = 1.0) -> str:
+        """The process's state letter in /proc (T: stopped), once it is ``wanted`` or
+        after ``timeout`` seconds."""
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                stat = Path(f"/proc/{self.pid}/stat").read_text()
+                state = stat.rsplit(")", 1)[1].split()[0]
+            except (OSError, IndexError):
+                return "gone"
+            if state == wanted or time.monotonic() > deadline:
+                return state
+            time.sleep(0.01)
+
     def signal(self, signum: int) -> None:
         if self.alive:
             assert self.proc is not None
@@ -79,9 +93,13 @@ class Worker:
         """kill -9, and reap it."""
         if self.alive:
             assert self.proc is not None
-            records.write("faults", e="kill", name=self.name, pid=self.proc.pid)
+            at = time.monotonic()
             self.proc.kill()
-            self.exit_codes.append(self.proc.wait())
+            code = self.proc.wait()
+            self.exit_codes.append(code)
+            # The exit status shows the kill took effect (-9), not a crash just before it.
+            records.write("faults", e="kill", name=self.name, pid=self.proc.pid, t=at,
+                          dead=time.monotonic(), code=code)
 
     def stop(self, timeout: float) -> int | None:
         """SIGTERM, then wait; SIGKILL after ``timeout``. The exit code, or None if killed."""

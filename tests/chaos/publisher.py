@@ -49,6 +49,7 @@ class Publisher:
         self.random = random.Random(seed * 1000 + index)
         self.next_number = index * NUMBERS_PER_PUBLISHER + 1
         self.committed: list[dict[str, Any]] = []
+        self.transactions = 0
 
     def message(self) -> dict[str, Any]:
         n = self.next_number
@@ -78,6 +79,8 @@ class Publisher:
     def publish(self, batch: list[dict[str, Any]]) -> None:
         duplicate = self.pick_duplicate()
         numbers = [m["payload"]["n"] for m in batch]
+        self.transactions += 1
+        commit_asked: float | None = None  # the first try's, when the commit's outcome is unknown
         while True:
             try:
                 with transaction.atomic():
@@ -101,6 +104,8 @@ class Publisher:
                                    else self.random.uniform(2.0, 4.0))
                     if self.kind == "rollback":
                         raise RolledBack
+                    if commit_asked is None:
+                        commit_asked = time.monotonic()  # the commit follows, on leaving atomic
             except RolledBack:
                 records.write("published", e="rolled_back", ns=numbers)
                 return
@@ -111,12 +116,17 @@ class Publisher:
                 time.sleep(0.5)
                 continue
             break
+        committed = time.monotonic()
         flags = {m["payload"]["n"]: flag for m in batch for flag in ("poison", "flaky", "slow")
                  if m["payload"].get(flag)}
-        records.write("published", e="committed", ns=numbers, flags=flags,
-                      offsets=[m.offset for m in stored])
+        # Per transaction, its messages in publish order and the window it committed in:
+        # the order each key's messages must be consumed in follows from these.
+        records.write("published", e="committed", tx=self.transactions, ns=numbers,
+                      keys=[m["key"] for m in batch], offsets=[m.offset for m in stored],
+                      flags=flags, c0=commit_asked, c1=committed)
         if duplicate is not None:
-            records.write("published", e="duplicate", n=duplicate["payload"]["n"],
+            records.write("published", e="duplicate", tx=self.transactions, i=len(batch),
+                          n=duplicate["payload"]["n"], k=duplicate["key"],
                           offset=duplicate["offset"], again=again.offset, existed=existed)
         for m, s in zip(batch, stored, strict=True):
             self.committed.append({**m, "offset": s.offset})

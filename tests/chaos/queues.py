@@ -13,7 +13,7 @@ import threading
 
 import django_sqlqueue as sqlqueue
 
-from . import records
+from . import observe, records
 from .settings import TOPIC, VISIBILITY_TIMEOUT
 
 FAST_RETRY = sqlqueue.ExponentialBackoff(base=0.05, cap=0.5)
@@ -24,7 +24,9 @@ _forever = threading.Event()  # never set: a hung handler waits on it
 def run(message: sqlqueue.Message, slow_seconds: float = 0.0) -> None:
     payload = message.payload
     records.write("runs", e="start", g=message.group, n=payload["n"], k=message.key,
-                  o=message.offset, pos=message.position, a=message.attempt)
+                  o=message.offset, pos=message.position, a=message.attempt,
+                  part=message.partition, th=threading.get_ident())
+    observe.read_clock()
     ok = False
     try:
         if payload.get("poison"):
@@ -32,6 +34,7 @@ def run(message: sqlqueue.Message, slow_seconds: float = 0.0) -> None:
         if payload.get("flaky") and message.attempt == 1:
             raise RuntimeError("flaky: fails its first attempt")
         if payload.get("hang") and message.attempt == 1:
+            records.write("hang", g=message.group)  # the orchestrator kills another worker
             _forever.wait(HANG_SECONDS)
         if slow_seconds and payload.get("slow") and message.attempt == 1:
             _forever.wait(slow_seconds)

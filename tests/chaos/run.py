@@ -1,8 +1,8 @@
 """``make chaos``: run workers and publishers under faults, drain, report, and exit
 non-zero if anything was lost, reordered, handled twice at once or dead-lettered without
-cause.
+cause, if a fault did not take effect, or if a log shows a traceback.
 
-    python -m tests.chaos.run --seconds 180 [--seed N] [--json PATH]
+    python -m tests.chaos.run --seconds 180 [--seed N] [--json PATH] [--no-db-restart]
 
 The database comes from ``DATABASE_URL`` (default: the MariaDB test server); the run uses
 its own database there (see ``settings.py``). docs/reliability.md explains each fault and
@@ -23,10 +23,13 @@ import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import django
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "tests.chaos.settings")
+
+from . import report, verify  # noqa: E402  (neither needs Django set up)
 
 WORKERS = 4  # plus one with a skewed clock
 PUBLISHERS = (("steady", 2), ("bulk", 1), ("slow", 1), ("rollback", 1))
@@ -43,6 +46,8 @@ class Event:
 
 
 def schedule(seconds: float, seed: int, lease: float, restart_db: str, lock: str) -> list[Event]:
+    """The run's faults in time order. ``restart_db`` and ``lock``: why that fault cannot
+    be applied here, or ''."""
     r = random.Random(seed)
     events = [
         Event(0, "start", f"{WORKERS} workers, 1 worker with its clock {'+60s'} ahead, "
@@ -58,10 +63,12 @@ def schedule(seconds: float, seed: int, lease: float, restart_db: str, lock: str
                         f"SIGSTOP of a worker for {lease + 4:g} s (lease {lease:g} s), then SIGCONT"))
     events.append(Event(round(seconds * 0.35, 1), "lock",
                         f"an idle transaction locks a message row for {lease + 3:g} s"
-                        + (f" (skipped: {lock})" if lock else "")))
-    events.append(Event(round(seconds * 0.55, 1), "restart_db",
+                        + (f" (NOT EXERCISED: {lock})" if lock else "")))
+    # After the lock is released: a restart would end the idle transaction early.
+    restart_at = max(seconds * 0.55, seconds * 0.35 + lease + 3 + 2)
+    events.append(Event(round(restart_at, 1), "restart_db",
                         "the database server is stopped for 2 s and started again"
-                        + (f" (skipped: {restart_db})" if restart_db else "")))
+                        + (f" (NOT EXERCISED: {restart_db})" if restart_db else "")))
     events.append(Event(seconds, "end", "publishers stop; drain; report"))
     return sorted(events, key=lambda e: e.at)
 
@@ -81,16 +88,32 @@ class Run:
         self.timers: list[threading.Timer] = []
         self.threads: list[threading.Thread] = []
         self.problems: list[str] = []
+        self.server: Any = None  # server.Server, when the run restarts it
 
     # ------------------------------------------------------------------ faults
 
     def kill_one(self) -> None:
-        candidates = [w for w in self.workers if w.alive and w.name not in self.paused]
+        hanging = self.hanging()
+        candidates = [w for w in self.workers
+                      if w.alive and w.name not in self.paused and w.pid not in hanging]
         if not candidates:
+            from . import records
+
+            records.write("faults", e="kill_skipped", why="no live worker that may be killed")
             return
         worker = self.random.choice(candidates)
         worker.kill()
         self._later(RESTART_AFTER, worker.start)
+
+    def hanging(self) -> set[int]:
+        """Workers whose hung run has not yet outlived MAX_HANDLER_TIME: a kill would cut
+        the hang short, and that fault would not be exercised."""
+        from . import records
+        from .settings import MAX_HANDLER_TIME
+
+        now = time.monotonic()
+        return {r["p"] for r in records.read(self.directory, "hang")
+                if now - r["t"] < MAX_HANDLER_TIME + 2}
 
     def pause_one(self) -> None:
         candidates = [w for w in self.workers if w.alive and not w.skewed]
@@ -100,8 +123,10 @@ class Run:
 
         worker = self.random.choice(candidates)
         self.paused.add(worker.name)
-        records.write("faults", e="stop", name=worker.name, pid=worker.pid)
+        at = time.monotonic()
         worker.signal(signal.SIGSTOP)
+        records.write("faults", e="stop", name=worker.name, pid=worker.pid, t=at,
+                      state=worker.state("T"))
 
         def resume() -> None:
             records.write("faults", e="cont", name=worker.name, pid=worker.pid)
@@ -122,7 +147,7 @@ class Run:
 
         def restart() -> None:
             try:
-                took = restart_server()
+                took = restart_server(self.server)
                 print(f"chaos: database unreachable for {took:.1f} s", flush=True)
             except Exception as exc:  # noqa: BLE001 - reported, and the run fails
                 self.problems.append(f"restarting the database failed: {exc}")
@@ -150,6 +175,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                         help="seconds the drain may take after the publishers stop")
     parser.add_argument("--json", metavar="PATH", help="also write the report as JSON")
     parser.add_argument("--keep", action="store_true", help="keep the run directory")
+    parser.add_argument("--no-db-restart", action="store_true",
+                        help="do not restart the database server (reported as not exercised)")
     args = parser.parse_args(argv)
     if args.seconds < 30:
         parser.error(f"--seconds must be at least 30, got {args.seconds:g}")
@@ -163,30 +190,36 @@ def main(argv: list[str] | None = None) -> int:
     directory = Path(tempfile.mkdtemp(prefix="sqlqueue-chaos-"))
     os.environ["CHAOS_DIR"] = str(directory)
     django.setup()
-    from . import database, fleet, records, report
-    from .settings import TOPIC
-
-    database.prepare()
-    restart_db = database.restart_command()
     from django.db import connection
 
+    from . import database, fleet, records
+    from .server import Server
+    from .settings import MAX_HANDLER_TIME
+
+    database.prepare()
+    server = Server()
+    restart_db = "--no-db-restart" if args.no_db_restart else server.unavailable
     lock = "SQLite's one writer would block everybody" if connection.vendor == "sqlite" else ""
     if fleet.libfaketime() == "":
         print("chaos: libfaketime is not installed (apt-get install faketime)", file=sys.stderr)
         return 2
     run = Run(args, directory)
+    run.server = server
     events = schedule(args.seconds, args.seed, run.lease, restart_db, lock)
     print(f"chaos: {database.describe()}, {args.seconds:g} s, seed {args.seed}, "
           f"records in {directory}")
+    if not restart_db:
+        print(f"chaos: restarts {server.describe()}")
     print("chaos: schedule")
     for event in events:
         print(f"  t={event.at:6.1f}s  {event.what:<10} {event.detail}")
     sys.stdout.flush()
+    records.write("faults", e="clock", wall=time.time())
+    for fault, why in (("restart_db", restart_db), ("lock", lock)):
+        if why:
+            records.write("faults", e="not_exercised", fault=fault, why=why)
 
-    import django_sqlqueue as sqlqueue
-
-    sqlqueue.publish(TOPIC, {"n": HANG_NUMBER, "hang": True}, key="hang", id=f"m{HANG_NUMBER}")
-    records.write("published", e="committed", ns=[HANG_NUMBER], flags={HANG_NUMBER: "hang"})
+    publish_hang()
     for worker in run.workers:
         worker.start()
     kinds = [kind for kind, count in PUBLISHERS for _ in range(count)]
@@ -215,25 +248,8 @@ def main(argv: list[str] | None = None) -> int:
         if not worker.alive:
             worker.start()  # a kill whose restart is still pending
 
-    # Drain: every committed message handled or dead-lettered in every group, lag 0.
     print(f"chaos: t={time.monotonic() - started:6.1f}s publishers done; draining", flush=True)
-    published = report.read_published(directory)
-    suffix = sqlqueue_suffix()
-    deadline = time.monotonic() + args.drain_timeout
-    while True:
-        lags = database.safely(lambda: database.lag(report.GROUPS), None)
-        if lags is not None and not any(lags.values()):
-            runs = report.read_runs(directory)
-            dead = database.safely(lambda: database.dead_letters(report.GROUPS, suffix),
-                                   {g: set() for g in report.GROUPS})
-            done = {g: {r.n for r in runs if r.group == g and r.ok} | dead[g]
-                    for g in report.GROUPS}
-            if all(published.committed <= done[g] for g in report.GROUPS):
-                break
-        if time.monotonic() > deadline:
-            run.problems.append(f"not drained after {args.drain_timeout:g} s: lag {lags}")
-            break
-        time.sleep(2)
+    drain(run, directory, args.drain_timeout)
     drained_at = time.monotonic() - started
     print(f"chaos: t={drained_at:6.1f}s drained; stopping workers", flush=True)
     for worker in run.workers:
@@ -243,20 +259,74 @@ def main(argv: list[str] | None = None) -> int:
             run.problems.append(f"worker {worker.name} exited with {code}")
     records.write("faults", e="workers_stopped")
 
+    plan = verify.Plan(
+        kills=sum(e.what == "kill" for e in events), pauses=1, pause_seconds=run.lease + 4,
+        skew_seconds=float(fleet.CLOCK_SKEW.rstrip("s")), lock_seconds=run.lease + 3,
+        max_handler_time=MAX_HANDLER_TIME, vendor=connection.vendor)
+    return finish(run, args, directory, plan, drained_at)
+
+
+def publish_hang() -> None:
+    """The one message whose first run hangs, recorded as the publishers record theirs."""
+    import django_sqlqueue as sqlqueue
+
+    from . import records
+    from .settings import TOPIC
+
+    asked = time.monotonic()
+    stored = sqlqueue.publish(TOPIC, {"n": HANG_NUMBER, "hang": True}, key="hang",
+                              id=f"m{HANG_NUMBER}")
+    records.write("published", e="committed", tx=0, ns=[HANG_NUMBER], keys=["hang"],
+                  offsets=[stored.offset], flags={HANG_NUMBER: "hang"}, c0=asked,
+                  c1=time.monotonic())
+
+
+def drain(run: Run, directory: Path, timeout: float) -> None:
+    """Wait until every stored row is handled or dead-lettered in every group, lag 0."""
+    from . import database
+
+    published = report.read_published(directory)
+    suffix = sqlqueue_suffix()
+    deadline = time.monotonic() + timeout
+    while True:
+        lags = database.safely(lambda: database.lag(report.GROUPS), None)
+        if lags is not None and not any(lags.values()):
+            runs = report.read_runs(directory)
+            dead = database.safely(lambda: database.dead_letters(report.GROUPS, suffix), None)
+            if dead is not None and all(
+                    set(published.rows) <= ({r.offset for r in runs if r.group == g and r.ok}
+                                            | set(dead[g]))
+                    for g in report.GROUPS):
+                return
+        if time.monotonic() > deadline:
+            run.problems.append(f"not drained after {timeout:g} s: lag {lags}")
+            return
+        time.sleep(2)
+
+
+def finish(run: Run, args: argparse.Namespace, directory: Path, plan: verify.Plan,
+           drained_at: float) -> int:
+    """Read everything back, print the report, and return the exit status."""
+    from django.db import connection
+
+    from . import database
+
+    published = report.read_published(directory)
     runs = report.read_runs(directory)
     faults = report.read_faults(directory)
-    dead = database.dead_letters(report.GROUPS, suffix)
+    dead = database.dead_letters(report.GROUPS, sqlqueue_suffix())
     lags = database.lag(report.GROUPS)
     reports = [report.analyse(g, published, runs, faults, dead[g], lags[g])
                for g in report.GROUPS]
-    keys = len({r.key for r in runs})
+    checks = verify.check_faults(plan, faults, runs, published, report.GROUPS)
+    keys = len({row.key for row in published.rows.values()})
     print()
-    print(f"chaos: {len(published.committed)} messages committed over {keys} keys, "
-          f"{len(published.rolled_back)} rolled back, "
+    print(f"chaos: {len(published.rows)} rows stored ({len(published.committed)} messages) "
+          f"over {keys} keys, {len(published.rolled_back)} rolled back, "
           f"{published.retries} publishing transactions retried after database faults; "
-          f"{len(faults.kills)} kill -9, {sum(len(p) for p in faults.pauses.values())} pause(s), "
-          f"{len(faults.db_outages)} database restart(s); {len(runs)} handler runs; drained "
-          f"{drained_at - args.seconds:.1f} s after the publishers stopped")
+          f"{len(runs)} handler runs; drained {drained_at - args.seconds:.1f} s after the "
+          "publishers stopped")
+    print(verify_table(checks))
     print(report.table(reports))
     if text := report.explanations(reports):
         print(text)
@@ -265,40 +335,43 @@ def main(argv: list[str] | None = None) -> int:
           f"{published.duplicates - after_gc} found the stored message, {after_gc} came after "
           f"GC had collected it and were stored anew (the idempotency window ends at GC); "
           f"{len(twice)} stored twice otherwise")
+    errors, expected = verify.log_problems(directory)
+    for why, count in sorted(expected.items()):
+        print(f"chaos: {count} expected log line(s): {why}")
     failures = run.problems + twice[:20] + [f for r in reports for f in r.failures()]
-    errors = unexpected_log_lines(directory)
+    failures += [f"fault {c.fault} did not take effect: {c.detail}" for c in checks if c.failed]
     if errors:
-        print(f"chaos: {len(errors)} unexpected log line(s), e.g.:\n  " + "\n  ".join(errors[:5]))
+        failures.append(f"{len(errors)} traceback(s) or ERROR line(s) in the logs, e.g.:\n    "
+                        + "\n    ".join(errors[:5]))
+    unexercised = [f"{c.fault} ({c.detail})" for c in checks if c.status == "not exercised"]
     if args.json:
         Path(args.json).write_text(json.dumps({
             "seconds": args.seconds, "seed": args.seed, "vendor": connection.vendor,
-            "committed": len(published.committed), "keys": keys,
+            "stored": len(published.rows), "keys": keys,
+            "faults": [vars(c) for c in checks], "not_exercised": unexercised,
             "groups": [report.as_dict(r) for r in reports], "failures": failures,
         }, indent=2))
     if failures:
         print("chaos: FAILED\n  " + "\n  ".join(failures))
         print(f"chaos: records and logs kept in {directory}")
         return 1
-    print("chaos: passed")
+    if unexercised:
+        print("chaos: NOT EXERCISED in this run: " + "; ".join(unexercised))
+    print("chaos: passed" + (" (with faults not exercised, above)" if unexercised else ""))
     if not args.keep:
         shutil.rmtree(directory, ignore_errors=True)
     return 0
+
+
+def verify_table(checks: list[verify.FaultCheck]) -> str:
+    return report.markdown([("fault", "applied", "took effect", "evidence"),
+                            *((c.fault, str(c.applied), c.status, c.detail) for c in checks)])
 
 
 def sqlqueue_suffix() -> str:
     from django_sqlqueue.conf import get_settings
 
     return get_settings().dlq_suffix
-
-
-def unexpected_log_lines(directory: Path) -> list[str]:
-    """Worker log lines that point at a bug rather than at an injected fault."""
-    found = []
-    for path in sorted(directory.glob("worker-*.log")):
-        for line in path.read_text(errors="replace").splitlines():
-            if "unexpected error" in line or line.startswith("Traceback"):
-                found.append(f"{path.name}: {line[:300]}")
-    return found
 
 
 if __name__ == "__main__":

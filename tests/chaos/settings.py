@@ -47,6 +47,7 @@ DATABASES = {"default": chaos_database()}
 # outlasts a database restart (a few seconds), so a restart alone moves no partition.
 LEASE_DURATION = 10.0  # seconds
 VISIBILITY_TIMEOUT = 4.0  # seconds
+MAX_HANDLER_TIME = 8.0  # seconds
 SQLQUEUE: dict[str, object] = {
     "POLL_INTERVAL": 0.05,
     "LEASE_DURATION": LEASE_DURATION,
@@ -55,7 +56,7 @@ SQLQUEUE: dict[str, object] = {
     "MAX_ATTEMPTS": 12,
     "GC_INTERVAL": 1.0,
     "SHUTDOWN_GRACE": 3.0,
-    "MAX_HANDLER_TIME": 8.0,
+    "MAX_HANDLER_TIME": MAX_HANDLER_TIME,
     "TOPICS": {TOPIC: {"PARTITIONS": PARTITIONS}},
 }
 
@@ -63,6 +64,9 @@ LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
     "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"}},
-    "handlers": {"stderr": {"class": "logging.StreamHandler", "formatter": "plain"}},
-    "loggers": {"django_sqlqueue": {"handlers": ["stderr"], "level": "INFO"}},
+    "handlers": {
+        "stderr": {"class": "logging.StreamHandler", "formatter": "plain"},
+        "observed": {"class": "tests.chaos.observe.LeaseLossRecorder", "level": "WARNING"},
+    },
+    "loggers": {"django_sqlqueue": {"handlers": ["stderr", "observed"], "level": "INFO"}},
 }
