@@ -185,7 +185,7 @@ class DjangoConnection(Connection):
 
         wrapper = connections[using]
         super().__init__(wrapper, wrapper.vendor,
-                         mariadb=wrapper.vendor == "mysql" and bool(wrapper.mysql_is_mariadb))
+                         mariadb=wrapper.vendor == "mysql" and bool(wrapper.mysql_is_mariadb))  # type: ignore[attr-defined]
         self.using = using
 
     def _sql(self, sql: str) -> str:
