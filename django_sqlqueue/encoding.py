@@ -20,6 +20,7 @@ from django.core.serializers.json import DjangoJSONEncoder
 
 from .exceptions import InvalidMessage
 from .limits import ID_LENGTH, KEY_LENGTH, MAX_TOPIC_LENGTH
+from .replays import RESERVED_PREFIX
 
 
 class NewRow(NamedTuple):
@@ -223,6 +224,13 @@ def _validate_headers(headers: Any) -> dict[str, str]:
     for name, value in headers.items():
         if not isinstance(name, str):
             raise InvalidMessage(f"header names must be str, got {type(name).__name__} {name!r}")
+        if name.lower().startswith(RESERVED_PREFIX):
+            # Workers act on these (a replay's group makes every other group pass over the
+            # message), so only the queue writes them: replays are built in the database
+            # from the dead-letter row (models.dead_letters.insert_replays), never here.
+            raise InvalidMessage(
+                f"header {name!r} is reserved: names starting with {RESERVED_PREFIX!r} are "
+                "set by the queue itself; use another name")
         if not isinstance(value, str):
             raise InvalidMessage(
                 f"header {name!r} must have a str value, got {type(value).__name__}"

@@ -16,6 +16,8 @@ GROUP_HEADER = "sqlqueue-replay-group"  # the only consumer group that runs the 
 ORIGINAL_ID_HEADER = "sqlqueue-original-id"  # the id the original was published with
 ORIGINAL_OFFSET_HEADER = "sqlqueue-original-offset"  # the original's offset in the log
 DEAD_LETTER_HEADER = "sqlqueue-dead-letter-offset"  # the dead-letter copy it came from
+# Header names a publisher may not use (publish(), publish_many() and the Spark writer
+# refuse them, in any letter case): only a replay, built in the database, carries them.
 RESERVED_PREFIX = "sqlqueue-"
 
 

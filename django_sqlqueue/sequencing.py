@@ -1,27 +1,37 @@
-"""The sequencer: gives committed messages their consumable position and their partition.
+"""The worker's sequencing: :mod:`django_sqlqueue.store.sequencer` on a Django connection,
+recording the configured partition count of a topic met for the first time.
 
-Positions follow commit order across sequencing batches and offset (insert) order within
-one batch; docs/data-model.md, "The order consumers see", states it exactly.
+Positions keep every transaction's messages in publish order and follow commit order across
+sequencing batches; docs/data-model.md, "The order consumers see", states it exactly.
 
-Any worker may run it; the counter row's lock (taken with SKIP LOCKED) makes one of them
-do it at a time and lets the others carry on. See docs/data-model.md for why offsets
-alone are not safe to consume by.
-
-Partitions are assigned here rather than at publish time, under the same lock, from the
-count recorded in ``queue_topics``. A change of a topic's count (see
-:mod:`django_sqlqueue.repartition`) takes that lock too, so no message is ever mapped
-with a count other than the one its topic had when it was positioned.
+Partitions are assigned when a message is positioned rather than at publish time, under the
+counter's lock, from the count recorded in ``queue_topics``. A change of a topic's count (see
+:mod:`django_sqlqueue.repartition`) takes that lock too, so no message is ever mapped with a
+count other than the one its topic had when it was positioned.
 """
 
 from __future__ import annotations
 
-from django.db import transaction
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from django.db import connections
 
 from .conf import get_settings
-from .models import LogSequencer, QueueMessage, Topic
-from .partitioning import assign_partition
+from .models import Topic
+from .store import sequencer
+from .store.connection import Connection, django_connection
+from .store.sequencer import SEQUENCE_BATCH, Batch
 
-SEQUENCE_BATCH = 1000  # rows per sequencing transaction: short row locks, short lag
+__all__ = ["SEQUENCE_BATCH", "Batch", "partition_counts", "record_configured_topics",
+           "sequence_all", "sequence_batch", "sequence_once", "sequence_pending"]
+
+
+def sequence_once(using: str = "default", sequenced_by: str = "",
+                  limit: int = SEQUENCE_BATCH) -> Batch:
+    """Position up to ``limit`` committed messages in one transaction; see :class:`Batch`."""
+    return sequencer.sequence_batch(django_connection(using), sequenced_by,
+                                    counts_for=_configured_counts(using), limit=limit)
 
 
 def sequence_pending(using: str = "default", sequenced_by: str = "",
@@ -30,28 +40,21 @@ def sequence_pending(using: str = "default", sequenced_by: str = "",
 
     Returns 0 when another worker is sequencing right now or nothing is waiting.
     """
-    return sequence_batch(using, sequenced_by, limit)[0]
+    return sequence_once(using, sequenced_by, limit).positioned
 
 
 def sequence_batch(using: str = "default", sequenced_by: str = "",
                    limit: int = SEQUENCE_BATCH) -> tuple[int, int | None]:
     """Like sequence_pending(), also returning the last position now assigned (the log
     head), or None when another worker holds the sequencer."""
-    with transaction.atomic(using=using):
-        last = LogSequencer.objects.lock_counter(using)
-        if last is None:
-            return 0, None
-        rows = QueueMessage.objects.unsequenced(limit, using)
-        if not rows:
-            return 0, last
-        counts = partition_counts({row.topic for row in rows}, using)
-        QueueMessage.objects.assign_positions(
-            [(row.offset, last + 1 + index, assign_partition(row.key, row.offset, counts[row.topic]))
-             for index, row in enumerate(rows)],
-            using,
-        )
-        LogSequencer.objects.advance(last + len(rows), sequenced_by, using)
-    return len(rows), last + len(rows)
+    batch = sequence_once(using, sequenced_by, limit)
+    return batch.positioned, batch.last_position
+
+
+def sequence_all(using: str = "default", sequenced_by: str = "") -> int:
+    """Sequence until nothing committed is left unsequenced (tests, tools, the demo)."""
+    return sequencer.sequence_all(django_connection(using), sequenced_by,
+                                  counts_for=_configured_counts(using)).positioned
 
 
 def partition_counts(topics: set[str] | list[str], using: str) -> dict[str, int]:
@@ -60,11 +63,20 @@ def partition_counts(topics: set[str] | list[str], using: str) -> dict[str, int]
     return Topic.objects.record({topic: conf.partitions_for(topic) for topic in topics}, using)
 
 
-def sequence_all(using: str = "default", sequenced_by: str = "") -> int:
-    """Sequence until nothing committed is left unsequenced (tests, tools, the demo)."""
-    total = 0
-    while True:
-        count = sequence_pending(using, sequenced_by)
-        total += count
-        if count < SEQUENCE_BATCH:
-            return total
+def record_configured_topics(using: str = "default") -> dict[str, int]:
+    """Record the configured count of every topic named in ``SQLQUEUE["TOPICS"]`` that has
+    none yet (``migrate`` and a worker's start), so a Spark job can write to it and a stream
+    read it without a worker having met it first. Returns their recorded counts."""
+    return partition_counts(sorted(get_settings().topics), using)
+
+
+def record_topics_after_migrate(using: str = "default", **kwargs: Any) -> None:
+    """``post_migrate`` receiver: :func:`record_configured_topics` once the table exists."""
+    if "queue_topics" in connections[using].introspection.table_names():
+        record_configured_topics(using)
+
+
+def _configured_counts(using: str) -> sequencer.CountsFor:
+    def counts_for(_conn: Connection, topics: Sequence[str]) -> Mapping[str, int]:
+        return partition_counts(list(topics), using)
+    return counts_for

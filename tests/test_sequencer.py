@@ -298,6 +298,36 @@ def test_publisher_rolling_back_after_others_were_sequenced_leaves_no_gap():
     assert positions_by_offset() == {first: 1, second: 2}
 
 
+@needs_row_locks
+@pytest.mark.django_db(transaction=True)
+def test_sequencer_numbers_nothing_past_a_committed_message_another_transaction_holds():
+    first, second = publish_n(2)
+    locked = threading.Event()
+    release = threading.Event()
+
+    def holder() -> None:
+        with transaction.atomic():
+            list(QueueMessage.objects.select_for_update().filter(offset=first))
+            locked.set()
+            release.wait(10)
+
+    thread = start_thread(holder, name="holder")
+    try:
+        assert locked.wait(10)
+        started = time.monotonic()
+        held_back = sequence_pending()
+        elapsed = time.monotonic() - started
+        while_held = positions_by_offset()
+    finally:
+        release.set()
+    outcomes([thread])
+    sequence_all()
+
+    assert (held_back, while_held) == (0, {first: None, second: None})
+    assert elapsed < 1.0  # skipped, not waited for
+    assert positions_by_offset() == {first: 1, second: 2}
+
+
 @pytest.mark.skipif(connection.vendor != "sqlite", reason="SQLite's single-writer behaviour")
 @pytest.mark.django_db(transaction=True)
 def test_sqlite_publisher_waits_for_an_open_transaction_so_positions_follow_offsets():

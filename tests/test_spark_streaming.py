@@ -13,6 +13,7 @@ from django_sqlqueue.sequencing import partition_counts, sequence_all
 from django_sqlqueue.store import messages as message_store
 from django_sqlqueue.store.connection import open_connection
 from django_sqlqueue.worker.collector import collect_garbage
+from tests.factories import QueueMessageFactory
 from tests.spark_support import database_url
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.spark]
@@ -98,8 +99,11 @@ def test_a_grouped_stream_holds_gc_back_and_shows_lag(spark, tmp_path):
 
 def test_a_grouped_stream_passes_over_a_replay_meant_for_another_group(spark, tmp_path):
     publish("orders", {"n": 1}, key="k", id="plain")
-    publish("orders", {"n": 2}, key="k", id="replay:7", headers={GROUP_HEADER: "billing"})
-    publish("orders", {"n": 3}, key="k", id="mine", headers={GROUP_HEADER: "analytics"})
+    # Replays, as the replay operation writes them (a publisher cannot set these headers).
+    QueueMessageFactory(topic="orders", message_key="k", message_id="replay:7", payload={"n": 2},
+                        metadata={GROUP_HEADER: "billing"})
+    QueueMessageFactory(topic="orders", message_key="k", message_id="mine", payload={"n": 3},
+                        metadata={GROUP_HEADER: "analytics"})
 
     grouped, _ = run_stream(spark, tmp_path, name="grouped", group="analytics")
     everything, _ = run_stream(spark, tmp_path, name="all")

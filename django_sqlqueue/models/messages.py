@@ -36,12 +36,6 @@ class PartitionProgress(NamedTuple):
     oldest_pending: int | None  # published_at (epoch ms) of the first of them
 
 
-class UnsequencedRow(NamedTuple):
-    offset: int
-    topic: str
-    key: str
-
-
 # The columns of a MessageRow, in order; ``id`` and ``message_key`` keep their SQL names.
 MESSAGE_COLUMNS = ("offset", "position", "topic", "message_key", "id", "payload", "metadata",
                    "published_at", "deliver_at")
@@ -199,23 +193,6 @@ class QueueMessageManager(models.Manager["QueueMessage"]):
 
     # ----------------------------------------------------------------- sequencing
 
-    def unsequenced(self, limit: int, using: str) -> list[UnsequencedRow]:
-        """Committed rows without a position, oldest offset first, locked for sequencing.
-
-        Rows of transactions still in flight are invisible (PostgreSQL) or row-locked
-        (InnoDB, skipped by SKIP LOCKED), so they get a later position once they commit.
-        """
-        connection = connections[using]
-        q = sqlb.quoter(connection)
-        rows = sqlb.fetch_all(
-            connection,
-            f"SELECT {q('offset')}, {q('topic')}, {q('message_key')} FROM {q('queue_messages')} "  # noqa: S608 - names quoted, values bound
-            f"WHERE {q('position')} IS NULL ORDER BY {q('offset')} LIMIT %s"
-            + vendor.skip_locked_sql(connection),
-            [limit],
-        )
-        return [UnsequencedRow(int(r[0]), r[1], r[2]) for r in rows]
-
     def unsequenced_count(self, cap: int, using: str) -> int:
         """Committed messages still waiting for a position, counted up to ``cap`` (the
         queue_msg_sequencing index): a backlog here means no worker is sequencing."""
@@ -232,26 +209,6 @@ class QueueMessageManager(models.Manager["QueueMessage"]):
             count, oldest = waiting.get(topic, (0, int(published_at)))
             waiting[topic] = (count + 1, min(oldest, int(published_at)))
         return waiting
-
-    def assign_positions(self, assignments: Sequence[tuple[int, int, str]], using: str) -> None:
-        """Set (offset, position, partition) for sequenced rows, in one statement."""
-        connection = connections[using]
-        q = sqlb.quoter(connection)
-        cases = " ".join(["WHEN %s THEN %s"] * len(assignments))
-        positions: list[Any] = []
-        partitions: list[Any] = []
-        for offset, position, partition in assignments:
-            positions += [offset, position]
-            partitions += [offset, partition]
-        offsets = [a[0] for a in assignments]
-        sqlb.execute(
-            connection,
-            f"UPDATE {sqlb.locked_table(connection, 'queue_messages')} "  # noqa: S608 - names quoted, values bound
-            f"SET {q('position')} = CASE {q('offset')} {cases} END, "
-            f"{q('partition_key')} = CASE {q('offset')} {cases} END "
-            f"WHERE {q('offset')} IN ({sqlb.placeholders(len(offsets))})",
-            positions + partitions + offsets,
-        )
 
     # ----------------------------------------------------------------- reading
 

@@ -4,39 +4,20 @@ from django.db import DatabaseError, connections, models
 
 from ..db import sql as sqlb
 from ..db import vendor
+from ..store import sequencer as store_sequencer
+from ..store.connection import django_connection
 
-DEFAULT_SEQUENCER = "default"
+DEFAULT_SEQUENCER = store_sequencer.DEFAULT_SEQUENCER
 
 
 class LogSequencerManager(models.Manager["LogSequencer"]):
-    """SQL for ``queue_sequencer``: lock the counter (skipping or waiting), advance it."""
+    """``queue_sequencer`` for Django code: lock the counter (skipping or waiting), advance
+    it, read the log head. The sequencing itself is :mod:`django_sqlqueue.store.sequencer`."""
 
     def lock_counter(self, using: str, name: str = DEFAULT_SEQUENCER) -> int | None:
-        """Lock the counter row and return its last position; None if another worker holds it.
-
-        Must run inside a transaction. SKIP LOCKED makes a busy sequencer someone else's
-        job instead of a queue of waiting workers.
-        """
-        connection = connections[using]
-        q = sqlb.quoter(connection)
-        with connection.cursor() as cursor:
-            cursor.execute(
-                f"SELECT {q('last_position')} FROM {q('queue_sequencer')} WHERE {q('name')} = %s"  # noqa: S608 - names quoted, values bound
-                + vendor.skip_locked_sql(connection),
-                [name],
-            )
-            row = cursor.fetchone()
-            if row is not None:
-                return int(row[0])
-            # Skipped because another worker holds it, or missing? Ask without locking: an
-            # INSERT of an existing, locked key would wait for that worker after all.
-            cursor.execute(
-                f"SELECT 1 FROM {q('queue_sequencer')} WHERE {q('name')} = %s", [name]  # noqa: S608 - names quoted, values bound
-            )
-            if cursor.fetchone() is not None:
-                return None
-            # Inserted: the new row is ours and locked. Not inserted: it exists and is locked.
-            return 0 if self._create_counter(using, name) else None
+        """Lock the counter row and return its last position; None if another worker holds it
+        (:func:`django_sqlqueue.store.sequencer.lock_counter`). Must run inside a transaction."""
+        return store_sequencer.lock_counter(django_connection(using), name)
 
     def lock_counter_wait(self, using: str, name: str = DEFAULT_SEQUENCER) -> int:
         """Lock the counter row, waiting for whoever holds it; return its last position.
@@ -60,27 +41,11 @@ class LogSequencerManager(models.Manager["LogSequencer"]):
 
     def _create_counter(self, using: str, name: str) -> bool:
         """Insert the counter row unless it exists; True when this call inserted it."""
-        connection = connections[using]
-        q = sqlb.quoter(connection)
-        prefix, suffix = sqlb.insert_ignore(connection, ["name"])
-        return sqlb.execute(
-            connection,
-            f"{prefix} {q('queue_sequencer')} ({q('name')}, {q('last_position')}, "
-            f"{q('sequenced_by')}, {q('sequenced_at')}) VALUES (%s, 0, '', 0){suffix}",
-            [name],
-        ) == 1
+        return store_sequencer.create_counter(django_connection(using), name)
 
     def advance(self, last_position: int, sequenced_by: str, using: str,
                 name: str = DEFAULT_SEQUENCER) -> None:
-        connection = connections[using]
-        q = sqlb.quoter(connection)
-        with connection.cursor() as cursor:
-            cursor.execute(
-                f"UPDATE {q('queue_sequencer')} SET {q('last_position')} = %s, "  # noqa: S608 - names quoted, values bound
-                f"{q('sequenced_by')} = %s, {q('sequenced_at')} = {vendor.now_ms_sql(connection)} "
-                f"WHERE {q('name')} = %s",
-                [last_position, sequenced_by[:255], name],
-            )
+        store_sequencer.advance(django_connection(using), last_position, sequenced_by, name)
 
     def head(self, using: str, name: str = DEFAULT_SEQUENCER) -> tuple[int, bool, int]:
         """(last position, whether unsequenced messages wait, database time in ms): one query.

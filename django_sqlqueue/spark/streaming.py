@@ -82,11 +82,11 @@ class SqlQueueStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def _sequence(self) -> int:
         """Position what has committed; return the last position handed out."""
         conn = self._db()
-        unknown = sequencer.sequence_all(conn, self.name, max_batches=20)
-        stuck = sorted(unknown & set(self.options.topics))
-        if stuck:
-            logger.warning("spark stream cannot position messages of topic(s) %s: no recorded "
-                           "partition count (start a runqueueworker for them once)", ",".join(stuck))
+        with conn.atomic():
+            unrecorded = topic_store.unrecorded(conn, list(self.options.topics))
+        if unrecorded:
+            raise SparkOptionError(topic_store.unrecorded_error(unrecorded))
+        sequencer.sequence_all(conn, self.name, max_batches=20)
         with conn.atomic():
             return sequencer.last_position(conn)
 

@@ -171,6 +171,55 @@ class Connection:
         self.close()
 
 
+class DjangoConnection(Connection):
+    """A Django database connection as a :class:`Connection`, so that Django code (the
+    worker) runs the store modules' SQL in its own transactions.
+
+    Statements go through Django's cursor, which takes ``%s`` on every backend, and
+    :meth:`atomic` is Django's ``transaction.atomic``: inside the caller's atomic block it
+    is a savepoint, as any Django query would be.
+    """
+
+    def __init__(self, using: str) -> None:
+        from django.db import connections
+
+        wrapper = connections[using]
+        super().__init__(wrapper, wrapper.vendor,
+                         mariadb=wrapper.vendor == "mysql" and bool(wrapper.mysql_is_mariadb))  # type: ignore[attr-defined]
+        self.using = using
+
+    def _sql(self, sql: str) -> str:
+        return sql
+
+    def warnings(self) -> list[tuple[int, str]]:
+        if self.vendor != "mysql":
+            return []
+        self.raw.ensure_connection()
+        if not self.raw.connection.warning_count():
+            return []
+        return [(int(code), message) for _level, code, message in self.fetch_all("SHOW WARNINGS")]
+
+    def begin(self) -> None:
+        raise NotImplementedError("use atomic(): Django manages this connection's transactions")
+
+    commit = rollback = begin
+
+    @contextlib.contextmanager
+    def atomic(self) -> Iterator[Connection]:
+        from django.db import transaction
+
+        with transaction.atomic(using=self.using):
+            yield self
+
+    def close(self) -> None:
+        """Django closes its own connections."""
+
+
+def django_connection(using: str = "default") -> Connection:
+    """The Django database alias ``using`` as a :class:`Connection`."""
+    return DjangoConnection(using)
+
+
 def parse_url(url: str) -> dict[str, Any]:
     """django-environ's reading of ``url``: ENGINE, NAME, USER, PASSWORD, HOST, PORT."""
     if not isinstance(url, str) or not url:

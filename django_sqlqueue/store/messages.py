@@ -196,37 +196,6 @@ def count_positions(conn: Connection, after_position: int, up_to_position: int) 
     )[0][0])
 
 
-def unsequenced(conn: Connection, limit: int) -> list[tuple[int, str, str]]:
-    """(offset, topic, key) of committed rows without a position, oldest first, locked
-    (see :meth:`django_sqlqueue.models.messages.QueueMessageManager.unsequenced`)."""
-    q = conn.q
-    rows = conn.fetch_all(
-        f"SELECT {q('offset')}, {q('topic')}, {q('message_key')} FROM {q('queue_messages')} "  # noqa: S608 - names quoted, values bound
-        f"WHERE {q('position')} IS NULL ORDER BY {q('offset')} LIMIT %s" + conn.skip_locked_sql(),
-        [limit],
-    )
-    return [(int(r[0]), r[1], r[2]) for r in rows]
-
-
-def assign_positions(conn: Connection, assignments: Sequence[tuple[int, int, str]]) -> None:
-    """Set (offset, position, partition) of sequenced rows in one statement."""
-    q = conn.q
-    cases = " ".join(["WHEN %s THEN %s"] * len(assignments))
-    positions: list[Any] = []
-    partitions: list[Any] = []
-    for offset, position, partition in assignments:
-        positions += [offset, position]
-        partitions += [offset, partition]
-    offsets = [a[0] for a in assignments]
-    table = q("queue_messages") + (" FORCE INDEX (PRIMARY)" if conn.vendor == "mysql" else "")
-    conn.execute(
-        f"UPDATE {table} SET {q('position')} = CASE {q('offset')} {cases} END, "  # noqa: S608 - names quoted, values bound
-        f"{q('partition_key')} = CASE {q('offset')} {cases} END "
-        f"WHERE {q('offset')} IN ({', '.join(['%s'] * len(offsets))})",
-        positions + partitions + offsets,
-    )
-
-
 def dead_letters_by_group(conn: Connection, topic: str) -> dict[str, int]:
     """How many dead-letter copies of ``topic``'s messages each group made (in the log now)."""
     q = conn.q

@@ -1,97 +1,261 @@
-"""The sequencer on a plain connection: the worker's sequencing, for a Spark driver.
+"""The sequencer: gives committed messages their consumable position and their partition.
 
-A stream positions what it reads: a topic that only Spark reads has no worker to do it.
-It is :func:`django_sqlqueue.sequencing.sequence_batch` step for step (the counter row
-locked with SKIP LOCKED, committed rows in offset order, partitions from the recorded
-counts), with one difference: it has no ``SQLQUEUE`` settings to record a new topic's
-count from, so it stops before the first message of a topic with no recorded count and
-leaves the rest to a worker (or to a later call, once the topic is recorded).
+One implementation for every caller: the worker (through :mod:`django_sqlqueue.sequencing`,
+on its Django connection) and a Spark driver (on a plain DB-API connection, without Django
+settings). What differs between them is only where a new topic's partition count comes
+from, so that is passed in (``counts_for``).
+
+Any process may sequence; the counter row's lock (taken with SKIP LOCKED) makes one of them
+do it at a time and lets the others carry on. A batch, in one transaction:
+
+1. locks the counter row (or returns at once when another process holds it);
+2. reads, in one plain (non-locking) statement, the oldest committed messages that have no
+   position yet, in offset order: one snapshot of the log;
+3. locks those rows by key, skipping any that another transaction holds;
+4. numbers the longest prefix of the snapshot that it holds, in offset order, from the
+   counter on, and gives each message its partition from its topic's recorded count.
+
+Why a snapshot first and locks second: a snapshot holds a transaction's messages all or
+none, whatever commits while it is read. A locking scan does not: InnoDB checks row locks
+one row at a time, so ``... WHERE position IS NULL ORDER BY offset FOR UPDATE SKIP LOCKED``
+skips the first rows of a transaction that is still open, takes its later rows if it
+commits meanwhile, and would number them first. Numbering only a prefix of the snapshot
+(stopping at the first row someone else holds) keeps every transaction's messages in
+publish order on every backend; docs/data-model.md, "The order consumers see", states the
+guarantee exactly.
+
+A message of a topic with no partition count (the driver cannot record one: it has no
+``SQLQUEUE`` settings) is left unsequenced and its topic is skipped, with a warning; the
+other topics go on. Its messages keep their publish order among themselves: none of them
+is numbered until the topic has a count.
 """
 
 from __future__ import annotations
 
+import logging
+import time
+from collections.abc import Callable, Collection, Mapping, Sequence
+from typing import Any, NamedTuple
+
 from ..partitioning import assign_partition
-from . import messages, topics
+from . import topics
 from .connection import Connection
 
-SEQUENCE_BATCH = 1000  # rows per sequencing transaction, as the worker's
+logger = logging.getLogger("django_sqlqueue.sequencer")
+
+SEQUENCE_BATCH = 1000  # rows per sequencing transaction: short row locks, short lag
 DEFAULT_SEQUENCER = "default"
+WARN_EVERY = 60.0  # seconds between two warnings about one topic that cannot be partitioned
+
+# (connection, topics) -> the partition count of each topic that has one.
+CountsFor = Callable[[Connection, Sequence[str]], Mapping[str, int]]
+
+_warned: dict[str, float] = {}  # topic -> time.monotonic() of its last warning
 
 
-def last_position(conn: Connection) -> int:
+class Batch(NamedTuple):
+    """What one sequencing transaction did."""
+
+    positioned: int  # messages given a position
+    last_position: int | None  # the log head now; None when another process sequences
+    more: bool  # committed messages may still wait (a full batch, or one cut short)
+    unpartitioned: frozenset[str]  # topics met without a partition count, left waiting
+
+
+class _Waiting(NamedTuple):
+    offset: int
+    topic: str
+    key: str
+
+
+# ---------------------------------------------------------------------- the counter
+
+
+def last_position(conn: Connection, name: str = DEFAULT_SEQUENCER) -> int:
     """The highest position handed out: every position up to it belongs to a committed
     message (or to one collected since)."""
     q = conn.q
     rows = conn.fetch_all(
         f"SELECT {q('last_position')} FROM {q('queue_sequencer')} WHERE {q('name')} = %s",  # noqa: S608 - names quoted, values bound
-        [DEFAULT_SEQUENCER],
+        [name],
     )
     return int(rows[0][0]) if rows else 0
 
 
-def _lock_counter(conn: Connection) -> int | None:
+def lock_counter(conn: Connection, name: str = DEFAULT_SEQUENCER) -> int | None:
+    """Lock the counter row and return its last position; None if another process holds it.
+
+    Must run inside a transaction. SKIP LOCKED makes a busy sequencer someone else's job
+    instead of a queue of waiting workers.
+    """
     q = conn.q
     rows = conn.fetch_all(
         f"SELECT {q('last_position')} FROM {q('queue_sequencer')} WHERE {q('name')} = %s"  # noqa: S608 - names quoted, values bound
         + conn.skip_locked_sql(),
-        [DEFAULT_SEQUENCER],
+        [name],
     )
     if rows:
         return int(rows[0][0])
+    # Skipped because another process holds it, or missing? Ask without locking: an
+    # INSERT of an existing, locked key would wait for that process after all.
     if conn.fetch_all(f"SELECT 1 FROM {q('queue_sequencer')} WHERE {q('name')} = %s",  # noqa: S608 - names quoted, values bound
-                      [DEFAULT_SEQUENCER]):
-        return None  # a worker is sequencing right now
+                      [name]):
+        return None
+    # Inserted: the new row is ours and locked. Not inserted: it exists and is locked.
+    return 0 if create_counter(conn, name) else None
+
+
+def create_counter(conn: Connection, name: str = DEFAULT_SEQUENCER) -> bool:
+    """Insert the counter row unless it exists; True when this call inserted it."""
+    q = conn.q
     prefix, suffix = conn.insert_ignore(["name"])
-    inserted = conn.execute(
+    return conn.execute(
         f"{prefix} {q('queue_sequencer')} ({q('name')}, {q('last_position')}, "
         f"{q('sequenced_by')}, {q('sequenced_at')}) VALUES (%s, 0, '', 0){suffix}",
-        [DEFAULT_SEQUENCER],
+        [name],
+    ) == 1
+
+
+def advance(conn: Connection, last: int, sequenced_by: str,
+            name: str = DEFAULT_SEQUENCER) -> None:
+    """Move the counter to ``last`` and record who sequenced, when (database clock)."""
+    q = conn.q
+    conn.execute(
+        f"UPDATE {q('queue_sequencer')} SET {q('last_position')} = %s, "  # noqa: S608 - names quoted, values bound
+        f"{q('sequenced_by')} = %s, {q('sequenced_at')} = {conn.now_ms_sql()} "
+        f"WHERE {q('name')} = %s",
+        [last, sequenced_by[:255], name],
     )
-    return 0 if inserted == 1 else None
 
 
-def sequence_batch(conn: Connection, sequenced_by: str,
-                   limit: int = SEQUENCE_BATCH) -> tuple[int, set[str]]:
-    """Position up to ``limit`` committed messages in one transaction.
+# ---------------------------------------------------------------------- the messages
 
-    Returns (how many, the topics met that have no recorded partition count and so were
-    left unsequenced). 0 when a worker holds the sequencer or nothing waits.
-    """
+
+def _committed_unsequenced(conn: Connection, limit: int,
+                           skip_topics: Collection[str]) -> list[_Waiting]:
+    """The oldest committed messages without a position, in offset order: one plain read,
+    so one snapshot (the queue_msg_sequencing index, no sort)."""
+    q = conn.q
+    skip = ""
+    params: list[Any] = []
+    if skip_topics:
+        skip = f" AND {q('topic')} NOT IN ({', '.join(['%s'] * len(skip_topics))})"
+        params += sorted(skip_topics)
+    rows = conn.fetch_all(
+        f"SELECT {q('offset')}, {q('topic')}, {q('message_key')} FROM {q('queue_messages')} "  # noqa: S608 - names quoted, values bound
+        f"WHERE {q('position')} IS NULL{skip} ORDER BY {q('offset')} LIMIT %s",
+        [*params, limit],
+    )
+    return [_Waiting(int(r[0]), r[1], r[2]) for r in rows]
+
+
+def _lock_rows(conn: Connection, offsets: Sequence[int]) -> set[int]:
+    """Lock the rows ``offsets`` by key, skipping those another transaction holds; return
+    the offsets locked. SQLite has no row locks: its single writer (this transaction)
+    holds them all."""
+    if not offsets or not conn.skip_locked_sql():
+        return set(offsets)
+    q = conn.q
+    table = q("queue_messages") + (" FORCE INDEX (PRIMARY)" if conn.vendor == "mysql" else "")
+    rows = conn.fetch_all(
+        f"SELECT {q('offset')} FROM {table} "  # noqa: S608 - names quoted, values bound
+        f"WHERE {q('offset')} IN ({', '.join(['%s'] * len(offsets))}) "
+        f"AND {q('position')} IS NULL" + conn.skip_locked_sql(),
+        list(offsets),
+    )
+    return {int(r[0]) for r in rows}
+
+
+def _assign_positions(conn: Connection, assignments: Sequence[tuple[int, int, str]]) -> None:
+    """Set (offset, position, partition) of sequenced rows in one statement."""
+    q = conn.q
+    cases = " ".join(["WHEN %s THEN %s"] * len(assignments))
+    positions: list[Any] = []
+    partitions: list[Any] = []
+    for offset, position, partition in assignments:
+        positions += [offset, position]
+        partitions += [offset, partition]
+    offsets = [a[0] for a in assignments]
+    # MySQL: pinned to the primary key, so the UPDATE locks only the rows it names.
+    table = q("queue_messages") + (" FORCE INDEX (PRIMARY)" if conn.vendor == "mysql" else "")
+    conn.execute(
+        f"UPDATE {table} SET {q('position')} = CASE {q('offset')} {cases} END, "  # noqa: S608 - names quoted, values bound
+        f"{q('partition_key')} = CASE {q('offset')} {cases} END "
+        f"WHERE {q('offset')} IN ({', '.join(['%s'] * len(offsets))})",
+        positions + partitions + offsets,
+    )
+
+
+# ---------------------------------------------------------------------- sequencing
+
+
+def recorded_counts(conn: Connection, names: Sequence[str]) -> Mapping[str, int]:
+    """The recorded partition counts only: what a process without settings can use."""
+    return topics.partition_counts(conn, names)
+
+
+def sequence_batch(conn: Connection, sequenced_by: str = "", *,
+                   counts_for: CountsFor = recorded_counts, limit: int = SEQUENCE_BATCH,
+                   skip_topics: Collection[str] = ()) -> Batch:
+    """Position up to ``limit`` committed messages in one transaction (see the module
+    docstring); messages of ``skip_topics`` are passed over."""
     with conn.atomic():
-        last = _lock_counter(conn)
+        last = lock_counter(conn)
         if last is None:
-            return 0, set()
-        rows = messages.unsequenced(conn, limit)
-        if not rows:
-            return 0, set()
-        counts = topics.partition_counts(conn, sorted({topic for _, topic, _ in rows}))
-        unknown = {topic for _, topic, _ in rows if topic not in counts}
+            return Batch(0, None, True, frozenset())
+        waiting = _committed_unsequenced(conn, limit, skip_topics)
+        if not waiting:
+            return Batch(0, last, False, frozenset())
+        counts = counts_for(conn, sorted({row.topic for row in waiting}))
+        unpartitioned = frozenset(row.topic for row in waiting if row.topic not in counts)
+        wanted = [row for row in waiting if row.topic in counts]
+        held = _lock_rows(conn, [row.offset for row in wanted])
         assignments: list[tuple[int, int, str]] = []
-        for offset, topic, key in rows:
-            if topic not in counts:
-                break  # positions follow offset order: nothing after this row either
-            assignments.append(
-                (offset, last + 1 + len(assignments), assign_partition(key, offset, counts[topic])))
-        if not assignments:
-            return 0, unknown
-        messages.assign_positions(conn, assignments)
-        q = conn.q
-        conn.execute(
-            f"UPDATE {q('queue_sequencer')} SET {q('last_position')} = %s, "  # noqa: S608 - names quoted, values bound
-            f"{q('sequenced_by')} = %s, {q('sequenced_at')} = {conn.now_ms_sql()} "
-            f"WHERE {q('name')} = %s",
-            [last + len(assignments), sequenced_by[:255], DEFAULT_SEQUENCER],
-        )
-    return len(assignments), unknown
+        for row in wanted:
+            if row.offset not in held:
+                # Another transaction holds it (briefly: publishers never lock a committed
+                # message). Numbering what follows would put it after later messages of
+                # its own transaction: stop here, the next batch goes on from it.
+                break
+            assignments.append((row.offset, last + 1 + len(assignments),
+                                assign_partition(row.key, row.offset, counts[row.topic])))
+        if assignments:
+            _assign_positions(conn, assignments)
+            advance(conn, last + len(assignments), sequenced_by)
+    _warn_unpartitioned(unpartitioned)
+    more = len(waiting) == limit or len(assignments) < len(wanted)
+    return Batch(len(assignments), last + len(assignments), more, unpartitioned)
 
 
-def sequence_all(conn: Connection, sequenced_by: str, max_batches: int = 100) -> set[str]:
-    """Sequence until nothing (sequenceable) is left, at most ``max_batches`` batches;
-    return the unrecorded topics met."""
-    unknown: set[str] = set()
-    for _ in range(max_batches):
-        count, missing = sequence_batch(conn, sequenced_by)
-        unknown |= missing
-        if count < SEQUENCE_BATCH:
-            break
-    return unknown
+def sequence_all(conn: Connection, sequenced_by: str = "", *,
+                 counts_for: CountsFor = recorded_counts,
+                 max_batches: int | None = None) -> Batch:
+    """Sequence until nothing that can be positioned waits (at most ``max_batches``
+    batches); return the totals, with every topic left waiting for a partition count.
+
+    Stops early when a batch can position nothing (its first message is held by another
+    transaction): the next call goes on from there.
+    """
+    positioned = 0
+    skipped: frozenset[str] = frozenset()
+    batches = 0
+    while True:
+        batch = sequence_batch(conn, sequenced_by, counts_for=counts_for, skip_topics=skipped)
+        batches += 1
+        positioned += batch.positioned
+        skipped |= batch.unpartitioned
+        stalled = batch.positioned == 0 and not batch.unpartitioned
+        if (batch.last_position is None or not batch.more or stalled
+                or (max_batches is not None and batches >= max_batches)):
+            return Batch(positioned, batch.last_position, batch.more, skipped)
+
+
+def _warn_unpartitioned(names: frozenset[str]) -> None:
+    now = time.monotonic()
+    for topic in sorted(names):
+        if now - _warned.get(topic, -WARN_EVERY) >= WARN_EVERY:
+            _warned[topic] = now
+            logger.warning(
+                "messages of topic=%s wait unsequenced: it has no recorded partition count "
+                "(name it in SQLQUEUE['TOPICS'] and run migrate, or start a runqueueworker "
+                "once); other topics are sequenced meanwhile", topic)

@@ -20,6 +20,21 @@ def partition_counts(conn: Connection, topics: Sequence[str]) -> dict[str, int]:
     return {r[0]: int(r[1]) for r in rows}
 
 
+def unrecorded(conn: Connection, topics: Sequence[str]) -> list[str]:
+    """Those of ``topics`` with no recorded partition count, sorted: the sequencer cannot
+    position their messages (it leaves them waiting and goes on with other topics)."""
+    counts = partition_counts(conn, topics)
+    return sorted(set(topics) - set(counts))
+
+
+def unrecorded_error(topics: Sequence[str]) -> str:
+    """One line saying that ``topics`` have no partition count, and how to give them one."""
+    names = ", ".join(repr(t) for t in topics)
+    return (f"topic(s) {names} have no recorded partition count, so their messages cannot be "
+            "sequenced: name them in SQLQUEUE['TOPICS'] and run migrate, start a "
+            "runqueueworker for them once, or write to them with .option(\"partitions\", N)")
+
+
 def record(conn: Connection, topic: str, partitions: int) -> int:
     """Record ``partitions`` for ``topic`` unless it has a count; return the recorded one.
 

@@ -22,7 +22,7 @@ from django.db import transaction
 from ..consuming.registry import Subscription
 from ..models import ConsumerOffset, PartitionLease, SubscriberHeartbeat, Topic
 from ..partitioning import partition_names
-from ..sequencing import partition_counts
+from ..sequencing import partition_counts, record_configured_topics
 from .partitions import Ident, Partition
 
 logger = logging.getLogger("django_sqlqueue.worker")
@@ -57,8 +57,10 @@ class Leasing:
         ).exists()
 
     def prepare(self) -> None:
-        """Record each subscribed topic's partition count (the configured one, unless the
-        topic already has one) and create the group's lease rows (at start-up)."""
+        """Record each subscribed topic's partition count, and each topic's named in
+        ``SQLQUEUE["TOPICS"]`` (the configured one, unless the topic already has one), and
+        create the group's lease rows (at start-up)."""
+        record_configured_topics(self.using)
         self._ensure_partitions(partition_counts(sorted({s.topic for s in self.subscriptions}),
                                                  self.using))
 

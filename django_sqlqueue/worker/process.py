@@ -22,7 +22,7 @@ from ..conf import get_settings
 from ..consuming.registry import Subscription
 from ..models import GroupControl, LogSequencer, QueueMessage
 from ..models.fields import SUBSCRIBER_NAME_LENGTH
-from ..sequencing import SEQUENCE_BATCH, sequence_batch
+from ..sequencing import sequence_once
 from . import announce, attention
 from .clock import DatabaseClock
 from .collector import GarbageCollector
@@ -265,12 +265,12 @@ class Worker:
         committed messages may still wait (another worker is sequencing, or more than this
         poll's rounds were waiting)."""
         for _ in range(SEQUENCE_ROUNDS):
-            count, last = sequence_batch(self.using, self.name)
-            if last is None:
+            batch = sequence_once(self.using, self.name)
+            if batch.last_position is None:
                 return head, True
-            head = max(head, last)
-            if count < SEQUENCE_BATCH:
-                return head, False
+            head = max(head, batch.last_position)
+            if not batch.more or batch.positioned == 0:
+                return head, batch.more
         return head, True
 
     def _maintain(self, now: float, now_ms: int) -> None:
