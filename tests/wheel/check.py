@@ -102,6 +102,12 @@ def check_archives(sdist: Path, wheel: Path) -> None:
           f"({len(templates)} templates)")
 
 
+def clean_environment() -> dict[str, str]:
+    """This process's environment without what would let the checkout leak in."""
+    return {key: value for key, value in os.environ.items()
+            if key not in ("PYTHONPATH", "DJANGO_SETTINGS_MODULE", "VIRTUAL_ENV", "PYTHONHOME")}
+
+
 def make_venv(venv: Path, wheel: Path) -> Path:
     """A virtualenv of its own (no system site-packages) with the wheel and this Django."""
     import django
@@ -111,8 +117,11 @@ def make_venv(venv: Path, wheel: Path) -> Path:
     run([sys.executable, "-m", "venv", "--without-pip", str(venv)], cwd=ROOT)
     python = venv / "bin" / "python"
     # --no-compile: byte-compiling Django's few thousand modules is most of an install.
+    # Without PYTHONPATH: a checkout on it (its egg-info) would make pip find the package
+    # installed already and skip the wheel.
     run([sys.executable, "-m", "pip", "--python", str(python), "install", "-q", "--no-compile",
-         "--disable-pip-version-check", str(wheel), f"Django=={django.__version__}"], cwd=ROOT)
+         "--disable-pip-version-check", str(wheel), f"Django=={django.__version__}"], cwd=ROOT,
+        env=clean_environment())
     return python
 
 
@@ -123,8 +132,7 @@ def exercise(python: Path, venv: Path, work: Path) -> None:
     shutil.copytree(ROOT / "example_project", project / "example_project",
                     ignore=shutil.ignore_patterns("__pycache__", "*.sqlite3*"))
     cwd = project  # neither it nor the project copy holds django_sqlqueue
-    env = {key: value for key, value in os.environ.items()
-           if key not in ("PYTHONPATH", "DJANGO_SETTINGS_MODULE", "VIRTUAL_ENV", "PYTHONHOME")}
+    env = clean_environment()
     env.update({
         "DATABASE_URL": f"sqlite:///{project / 'db.sqlite3'}",
         "ALLOWED_HOSTS": "testserver,localhost",
