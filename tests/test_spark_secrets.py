@@ -92,3 +92,43 @@ def test_a_write_shows_no_password_in_its_error(spark, logs):
 
     for text in texts:
         assert SECRET not in text
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_working_stream_and_write_show_no_password_in_plans_or_progress(spark, tmp_path, logs,
+                                                                         capsys):
+    from django.db import connection
+
+    from django_sqlqueue import publish
+    from django_sqlqueue.sequencing import partition_counts
+    from tests.spark_support import database_url
+
+    if connection.vendor != "postgresql":
+        pytest.skip("needs a database that accepts a URL with a password: the test PostgreSQL "
+                    "server trusts local connections whatever the password")
+    password = connection.settings_dict.get("PASSWORD") or SECRET
+    url = database_url()
+    if not connection.settings_dict.get("PASSWORD"):
+        url = url.replace("@", f":{SECRET}@", 1)
+    partition_counts(["orders"], "default")
+    for i in range(3):
+        publish("orders", {"n": i}, key=f"k{i}", id=f"s{i}")
+
+    batch = spark.read.format("sqlqueue").option("url", url).option("topic", "orders").load()
+    assert batch.count() == 3
+    batch.explain(True)
+    query = (spark.readStream.format("sqlqueue").option("url", url).option("topic", "orders")
+             .option("group", "analytics").load()
+             .selectExpr("payload", "key", "concat('copy-', id) AS id")
+             .writeStream.format("sqlqueue").option("url", url).option("topic", "copies")
+             .option("partitions", "4").option("checkpointLocation", str(tmp_path / "ckpt"))
+             .trigger(availableNow=True).start())
+    query.awaitTermination(120)
+    query.explain(True)
+    texts = [batch._jdf.queryExecution().toString(), str(query.recentProgress),
+             str(query.lastProgress), str(query.status), capsys.readouterr().out]
+    texts += [record.getMessage() for record in logs.records]
+
+    assert query.lastProgress["sources"][0]["numInputRows"] == 3
+    for text in texts:
+        assert password not in text
