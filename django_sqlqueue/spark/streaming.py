@@ -9,8 +9,9 @@ With ``group`` the stream is a consumer group: from its start it has watermark r
 waits for it, the admin shows its lag) and a heartbeat, and Spark's commit of a batch
 moves its watermarks, never past a message the stream did not read. A query without a
 checkpoint resumes from the group's watermarks. Spark commits batch N only when it plans
-batch N+1, so between runs the group trails by one batch. Without a group GC does not wait: a stream that falls
-behind GC fails (or, with ``failOnDataLoss=false``, warns and goes on).
+batch N+1, so between runs the group trails by one batch. Without a group GC does not
+wait: a stream that falls behind GC fails (or, with ``failOnDataLoss=false``, warns and
+goes on).
 """
 
 from __future__ import annotations
