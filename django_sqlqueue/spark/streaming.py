@@ -149,9 +149,9 @@ class SqlQueueStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             self._register(fresh_at=head if latest else 0)
             conn = self._db()
             with conn.atomic():
-                firsts = [offsets.first_unconsumed(conn, group, topic)
-                          for topic in self.options.topics]
-            unread = [first for first in firsts if first is not None]
+                unread = [position for topic in self.options.topics
+                          for position in message_store.nearest_above(
+                              conn, topic, offsets.watermarks(conn, group, topic)).values()]
             return {"position": min(unread) - 1 if unread else head}
         if latest:
             return {"position": head}
@@ -209,8 +209,9 @@ class SqlQueueStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         conn = self._db()
         with conn.atomic():
             for topic in self.options.topics:
+                marks = offsets.watermarks(conn, group, topic)
                 offsets.advance(conn, group, topic,
-                                offsets.unconsumed_heads(conn, group, topic, up_to))
+                                message_store.nearest_above(conn, topic, marks, up_to=up_to))
                 offsets.touch(conn, group, topic)
 
     def stop(self) -> None:

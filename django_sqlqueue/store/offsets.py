@@ -38,37 +38,6 @@ def watermarks(conn: Connection, group: str, topic: str) -> dict[str, int]:
     return {str(r[0]): int(r[1]) for r in rows}
 
 
-def _per_partition(conn: Connection, group: str, topic: str, condition: str, order: str,
-                   params: Sequence[object]) -> dict[str, int]:
-    """Per partition of ``topic`` the group is registered on, the position of its first
-    message (in ``order``) above the group's watermark meeting ``condition``.
-
-    One index seek per partition (queue_msg_position), whatever the backlog.
-    """
-    q = conn.q
-    rows = conn.fetch_all(
-        f"SELECT o.{q('partition_key')}, (SELECT m.{q('position')} FROM {q('queue_messages')} m "  # noqa: S608 - names quoted, values bound
-        f"WHERE m.{q('topic')} = o.{q('topic')} AND m.{q('partition_key')} = o.{q('partition_key')} "
-        f"AND m.{q('position')} > o.{q('offset_acked')}{condition} "
-        f"ORDER BY m.{q('position')} {order} LIMIT 1) "
-        f"FROM {q('queue_offsets')} o WHERE o.{q('consumer_group')} = %s AND o.{q('topic')} = %s",
-        [*params, group, topic],
-    )
-    return {str(r[0]): int(r[1]) for r in rows if r[1] is not None}
-
-
-def first_unconsumed(conn: Connection, group: str, topic: str) -> int | None:
-    """The lowest position of a message of ``topic`` above the group's watermark of its
-    partition: where the group's recorded progress resumes. None when it has read all."""
-    return min(_per_partition(conn, group, topic, "", "ASC", []).values(), default=None)
-
-
-def unconsumed_heads(conn: Connection, group: str, topic: str, up_to: int) -> dict[str, int]:
-    """Per partition of ``topic``, the highest position in (the group's watermark, up_to]."""
-    return _per_partition(conn, group, topic, f" AND m.{conn.q('position')} <= %s", "DESC",
-                          [up_to])
-
-
 def advance(conn: Connection, group: str, topic: str, marks: dict[str, int]) -> int:
     """Move the group's watermarks (and read cursors) forward to ``marks``, never back."""
     if not marks:
