@@ -35,7 +35,7 @@ def test_rows_written_by_spark_reach_a_subscriber_as_written(spark):
     assert {row.attempt for row in handled.values()} == {1}
     for payload, key, message_id, headers in ROWS:
         row = handled[message_id]
-        assert row.group == "billing"
+        assert row.group == "downstream"
         assert row.key == (key or "")
         assert row.payload == {"payload": json.loads(payload),
                                "headers": headers or {}}

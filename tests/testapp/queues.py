@@ -303,7 +303,7 @@ def checkout(message: sqlqueue.Message) -> None:
 # ------------------------------------------------------------------ written by Spark
 
 
-@sqlqueue.subscriber("sparkfed", group="billing", backoff=FAST_RETRY)
+@sqlqueue.subscriber("sparkfed", group="downstream", backoff=FAST_RETRY)
 def fed_by_spark(message: sqlqueue.Message) -> None:
     """Records the payload with the headers, as they arrive, in Handled.payload."""
     Handled.objects.create(
