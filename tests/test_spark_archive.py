@@ -2,18 +2,26 @@
 
 from __future__ import annotations
 
+import os
+import runpy
+import subprocess
+import sys
+from pathlib import Path
+
 import pytest
 from django.test import override_settings
 
 from django_sqlqueue import publish
 from django_sqlqueue.models import ArchiveMark, ConsumerOffset, QueueMessage
 from django_sqlqueue.sequencing import partition_counts, sequence_all
+from django_sqlqueue.spark import archive as archive_module
 from django_sqlqueue.spark.archive import archive, main
 from django_sqlqueue.store import archive as archive_store
 from django_sqlqueue.store.connection import open_connection
 from django_sqlqueue.worker.collector import collect_garbage
 from tests.settings import SQLQUEUE
 from tests.spark_support import database_url
+from tests.worker_harness import REPO_ROOT
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.spark]
 
@@ -88,3 +96,47 @@ def test_the_command_prints_a_summary_per_topic(spark, tmp_path, capsys):
     assert main(["--url", database_url(), "--out", str(tmp_path / "a"), "--topics", "orders"]) == 0
     out = capsys.readouterr().out
     assert "orders: 1 messages" in out and "dead letters by group: none" in out
+
+
+def test_a_range_gc_deleted_already_moves_the_marks_and_archives_nothing(spark, tmp_path):
+    publish("orders", {"n": 1}, key="k", id="gone")
+    sequence_all()
+    consume_all_but(set())
+    assert collect_garbage(["orders"], {}, "default") == 1  # GC does not wait by default
+
+    [summary] = archive(spark, database_url(), str(tmp_path / "a"), ["orders"])
+
+    assert summary.messages == 0
+    assert not list((tmp_path / "a").glob("topic=*/date=*/*.parquet"))
+    assert ArchiveMark.objects.filter(topic="orders").exclude(archived_position=0).count() == 1
+
+
+# docs/spark.md runs the job as spark-submit's file argument: by path, not as a module.
+JOB = Path(archive_module.__file__)
+
+
+def test_the_job_starts_when_run_by_path_or_as_a_module(tmp_path):
+    env = {**os.environ, "PYTHONPATH": str(REPO_ROOT)}
+    for command in ([sys.executable, str(JOB), "--help"],
+                    [sys.executable, "-m", "django_sqlqueue.spark.archive", "--help"]):
+        # From another directory, as spark-submit runs it: only the package is importable.
+        result = subprocess.run(command, cwd=tmp_path, env=env, capture_output=True, text=True,
+                                timeout=60, check=False)
+        assert result.returncode == 0, result.stderr
+        assert "--out OUT" in result.stdout
+
+
+def test_the_job_run_by_path_archives(spark, tmp_path, capsys, monkeypatch):
+    publish("orders", {"n": 1}, key="k", id="x")
+    sequence_all()
+    consume_all_but(set())
+    monkeypatch.setattr(sys, "argv", [str(JOB), "--url", database_url(), "--out",
+                                      str(tmp_path / "a"), "--topics", "orders"])
+    monkeypatch.setattr(sys, "path", list(sys.path))  # the job drops its own directory
+
+    with pytest.raises(SystemExit) as done:
+        runpy.run_path(str(JOB), run_name="__main__")  # what python path/to/archive.py does
+
+    assert done.value.code == 0
+    assert "orders: 1 messages" in capsys.readouterr().out
+    assert archived_ids(spark, tmp_path / "a") == ["x"]

@@ -8,6 +8,7 @@ from django.db import connection
 from django_sqlqueue import publish
 from django_sqlqueue.encoding import build_row
 from django_sqlqueue.models import ConsumerOffset, QueueMessage
+from django_sqlqueue.partitioning import partition_for, partition_names
 from django_sqlqueue.replays import GROUP_HEADER
 from django_sqlqueue.sequencing import partition_counts, sequence_all
 from django_sqlqueue.store import messages as message_store
@@ -95,6 +96,79 @@ def test_a_grouped_stream_holds_gc_back_and_shows_lag(spark, tmp_path):
     ids, _ = run_stream(spark, tmp_path, group="analytics", maxRowsPerBatch="2")
     assert sorted(ids) == [f"g{i}" for i in range(7)]  # each message once
     assert ConsumerOffset.objects.unconsumed_counts("orders", ["analytics"], "default") == {"analytics": 1}
+
+
+def test_a_grouped_stream_started_afresh_resumes_from_the_groups_progress(spark, tmp_path):
+    # One key: the other eleven partitions of "orders" are never touched, their
+    # watermarks stay at 0.
+    def publish_ids(*numbers):
+        for n in numbers:
+            publish("orders", {"n": n}, key="k", id=f"g{n}")
+
+    def unread():
+        return ConsumerOffset.objects.unconsumed_counts("orders", ["analytics"], "default")
+
+    publish_ids(*range(6))
+    ids, _ = run_stream(spark, tmp_path, name="first", group="analytics", maxRowsPerBatch="2")
+    assert sorted(ids) == [f"g{n}" for n in range(6)]
+    assert unread() == {"analytics": 2}  # g4 and g5: the batch the next run commits
+    publish_ids(6, 7)
+
+    # A new checkpoint: "latest" does not skip what the group has not consumed.
+    ids, _ = run_stream(spark, tmp_path, name="second", group="analytics",
+                        startingPosition="latest", maxRowsPerBatch="2")
+    assert sorted(ids) == ["g4", "g5", "g6", "g7"]
+    assert unread() == {"analytics": 2}  # g6 and g7
+    publish_ids(8)
+
+    # And "earliest" does not read again what the group has consumed.
+    ids, _ = run_stream(spark, tmp_path, name="third", group="analytics",
+                        startingPosition="earliest")
+    assert sorted(ids) == ["g6", "g7", "g8"]
+    publish_ids(9)
+    ids, _ = run_stream(spark, tmp_path, name="third", group="analytics")
+    assert sorted(ids) == ["g6", "g7", "g8", "g9"]
+
+    # GC deletes exactly what the group has consumed: everything but the last batch.
+    collect_garbage(["orders"], {}, "default")
+    assert list(QueueMessage.objects.filter(topic="orders").values_list("message_id", flat=True)) \
+        == ["g9"]
+    assert unread() == {"analytics": 1}
+
+
+def test_a_grouped_stream_started_afresh_reads_each_partition_from_its_own_watermark(
+        spark, tmp_path):
+    ka, kb = "ka", next(key for key in (f"kb{i}" for i in range(100))
+                        if partition_for(key, 12) != partition_for("ka", 12))
+    for message_id, key in (("a1", ka), ("b1", kb), ("a2", ka), ("a3", ka)):
+        publish("orders", {"id": message_id}, key=key, id=message_id)
+    sequence_all()
+    # The group's workers stopped after acking a1 and a2 in ka's partition, nothing of kb's.
+    ConsumerOffset.objects.ensure("analytics", "orders", partition_names(12), "default")
+    a2 = QueueMessage.objects.get(message_id="a2")
+    ConsumerOffset.objects.filter(consumer_group="analytics", partition_key=a2.partition_key) \
+        .update(offset_acked=a2.position, offset_fetched=a2.position)
+
+    ids, _ = run_stream(spark, tmp_path, group="analytics", startingPosition="latest")
+
+    assert sorted(ids) == ["a3", "b1"]
+
+
+def test_a_new_group_starting_at_latest_leaves_earlier_messages_alone(spark, tmp_path):
+    for i in range(3):
+        publish("orders", {"n": i}, key=f"k{i}", id=f"old{i}")
+    run_stream(spark, tmp_path, group="analytics", startingPosition="latest")
+    # The messages before the start are not the group's: they are not its lag.
+    assert ConsumerOffset.objects.unconsumed_counts("orders", ["analytics"], "default") \
+        == {"analytics": 0}
+    for i in range(2):
+        publish("orders", {"n": i}, key=f"k{i}", id=f"new{i}")
+
+    ids, _ = run_stream(spark, tmp_path, group="analytics")
+
+    assert sorted(ids) == ["new0", "new1"]
+    assert ConsumerOffset.objects.unconsumed_counts("orders", ["analytics"], "default") \
+        == {"analytics": 2}
 
 
 def test_a_grouped_stream_passes_over_a_replay_meant_for_another_group(spark, tmp_path):

@@ -14,6 +14,18 @@ With ``SQLQUEUE["ARCHIVE_BEFORE_GC"]`` GC deletes nothing above the marks.
 
 from __future__ import annotations
 
+if __name__ == "__main__" and not __package__:
+    # Run by path, as ``spark-submit .../archive.py`` does: import this module's package
+    # instead of its directory (whose modules would shadow top-level ones, and where the
+    # relative imports below mean nothing).
+    import os.path as _path
+    import sys as _sys
+
+    _here = _path.dirname(_path.abspath(__file__))
+    _sys.path[:] = [p for p in _sys.path if _path.abspath(p or ".") != _here]
+    __package__ = "django_sqlqueue.spark"  # PEP 366: resolve the relative imports
+    import django_sqlqueue.spark  # noqa: F401 - the parent of the relative imports
+
 import argparse
 import os
 import shutil
@@ -101,12 +113,16 @@ def archive(spark: Any, url: str, out: str, topics: list[str] | None = None) -> 
                       .where("position > after AND position <= up_to").drop("after", "up_to")
                       .withColumn("date", F.to_date("published_at")))
             chosen.write.partitionBy("topic", "date").parquet(str(staging))
-            written = spark.read.parquet(str(staging))
-            for row in written.groupBy("topic").agg(
+            totals = []
+            # No file when GC had deleted the range's messages already (an archive that
+            # GC does not wait for): there is nothing to read back, only marks to move.
+            if any(staging.glob("topic=*/date=*/*.parquet")):
+                totals = spark.read.parquet(str(staging)).groupBy("topic").agg(
                     F.count("*").alias("n"),
                     F.sum(F.length("payload") + F.length("headers")).alias("bytes"),
                     F.min("published_at").alias("first"),
-                    F.max("published_at").alias("last")).collect():
+                    F.max("published_at").alias("last")).collect()
+            for row in totals:
                 summary = summaries[row["topic"]]
                 summary.messages, summary.bytes = int(row["n"]), int(row["bytes"] or 0)
                 summary.first, summary.last = row["first"], row["last"]

@@ -8,12 +8,13 @@ raised on the driver before any task starts.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
+from urllib.parse import unquote, urlsplit
 
 from ..encoding import validate_topic
 from ..exceptions import InvalidMessage, SQLQueueError
 from ..limits import DEFAULT_MAX_PAYLOAD_BYTES, GROUP_LENGTH
-from ..store.connection import parse_url
+from ..store.connection import parse_url, redact
 
 TABLES = ("messages", "dead_letters", "delivery", "offsets", "leases", "heartbeats")
 STARTING_POSITIONS = ("earliest", "latest")
@@ -24,8 +25,12 @@ class SparkOptionError(SQLQueueError, ValueError):
     """An option of the ``sqlqueue`` data source is missing or wrong."""
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, repr=False)
 class Options:
+    """The options of one read or write. ``url`` carries the database password: it is
+    shown only through :func:`redact` (in ``repr()`` too), and :meth:`hide` blots it out
+    of any text that might quote it."""
+
     url: str
     topics: tuple[str, ...]
     table: str
@@ -44,6 +49,23 @@ class Options:
     starting_position: str
     max_rows_per_batch: int | None
     fail_on_data_loss: bool
+
+    def __repr__(self) -> str:
+        values = ", ".join(
+            f"{field.name}={redact(self.url) if field.name == 'url' else getattr(self, field.name)!r}"
+            for field in fields(self))
+        return f"Options({values})"
+
+    def hide(self, text: str) -> str:
+        """``text`` with the url's password (if any) replaced by ``***``."""
+        try:
+            password = urlsplit(self.url).password
+        except ValueError:
+            return text.replace(self.url, redact(self.url))
+        if not password:
+            return text
+        # The driver is given the decoded password: an error might quote either form.
+        return text.replace(password, "***").replace(unquote(password), "***")
 
 
 def _int(options: Mapping[str, str], name: str, default: int | None, *, least: int = 1,

@@ -7,9 +7,11 @@ it is read in a later batch instead of being skipped.
 
 With ``group`` the stream is a consumer group: from its start it has watermark rows (GC
 waits for it, the admin shows its lag) and a heartbeat, and Spark's commit of a batch
-moves its watermarks. Spark commits batch N only when it plans batch N+1, so between
-runs the group trails by one batch. Without a group GC does not wait: a stream that falls
-behind GC fails (or, with ``failOnDataLoss=false``, warns and goes on).
+moves its watermarks, never past a message the stream did not read. A query without a
+checkpoint resumes from the group's watermarks. Spark commits batch N only when it plans
+batch N+1, so between runs the group trails by one batch. Without a group GC does not
+wait: a stream that falls behind GC fails (or, with ``failOnDataLoss=false``, warns and
+goes on).
 """
 
 from __future__ import annotations
@@ -40,7 +42,8 @@ from . import tables
 from .options import Options, SparkOptionError
 
 logger = logging.getLogger("django_sqlqueue.spark")
-HEADERS = message_store.READ_COLUMNS.index("headers")
+POSITION, TOPIC, PARTITION, HEADERS = (message_store.READ_COLUMNS.index(column)
+                                       for column in ("position", "topic", "partition", "headers"))
 
 SUBSCRIBER_PREFIX = "spark:"  # heartbeat names of streams, told apart from runqueueworker's
 LIVE_WORKER_MS = 60_000  # a worker heartbeat this recent counts as a running worker
@@ -90,8 +93,13 @@ class SqlQueueStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         with conn.atomic():
             return sequencer.last_position(conn)
 
-    def _register(self) -> None:
-        """Make the group a registered consumer of every topic (once per query)."""
+    def _register(self, fresh_at: int) -> None:
+        """Make the group a registered consumer of every topic (once per query).
+
+        A topic the group has no watermarks on yet gets them at ``fresh_at``: the group
+        starts there. Watermarks it has are its recorded progress and stay as they are (a
+        partition missing among them starts at 0: nothing of it is consumed).
+        """
         group = self.options.group
         if group is None or self._registered:
             return
@@ -110,7 +118,9 @@ class SqlQueueStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                     raise SparkOptionError(
                         f"group {group!r} is consumed by running workers ({', '.join(workers[:3])}); "
                         "a stream needs a consumer group of its own")
-                offsets.ensure(conn, group, topic, partition_names(counts[topic]))
+                known = bool(offsets.watermarks(conn, group, topic))
+                offsets.ensure(conn, group, topic, partition_names(counts[topic]),
+                               at=0 if known else fresh_at)
                 heartbeats.beat(conn, group, topic, self.name)
         self._registered = True
 
@@ -124,17 +134,29 @@ class SqlQueueStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 heartbeats.beat(conn, group, topic, self.name)
 
     def initialOffset(self) -> dict[str, int]:  # noqa: N802 - Spark's name
-        self._register()
+        """Where a query without a checkpoint starts.
+
+        A group resumes from its recorded progress: just below the lowest message it has
+        not consumed in any partition, whatever ``startingPosition`` says (messages of
+        other partitions it had consumed are passed over in :meth:`read`). A group new to
+        a topic, like a stream without a group, starts at ``startingPosition``; with
+        ``latest`` its watermarks start at the head, so what came before is not its own.
+        """
         head = self._sequence()
+        latest = self.options.starting_position == "latest"
+        group = self.options.group
+        if group is not None:
+            self._register(fresh_at=head if latest else 0)
+            conn = self._db()
+            with conn.atomic():
+                unread = [position for topic in self.options.topics
+                          for position in message_store.nearest_above(
+                              conn, topic, offsets.watermarks(conn, group, topic)).values()]
+            return {"position": min(unread) - 1 if unread else head}
+        if latest:
+            return {"position": head}
         conn = self._db()
         with conn.atomic():
-            if self.options.group is not None:
-                marks = [mark for topic in self.options.topics
-                         for mark in offsets.watermarks(conn, self.options.group, topic).values()]
-                if marks and min(marks) > 0:
-                    return {"position": min(marks)}  # the group's committed progress
-            if self.options.starting_position == "latest":
-                return {"position": head}
             lowest = message_store.lowest_position(conn, list(self.options.topics))
         return {"position": head if lowest is None else lowest - 1}
 
@@ -147,7 +169,8 @@ class SqlQueueStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._target = self._sequence()
 
     def latestOffset(self, start: dict[str, int], limit: ReadLimit) -> dict[str, int]:  # noqa: N802 - Spark's name
-        self._register()
+        # A query resumed from its checkpoint: everything up to ``start`` was read by it.
+        self._register(fresh_at=int(start["position"]))
         self._beat()
         head = self._sequence()
         if self._target is not None:
@@ -173,7 +196,12 @@ class SqlQueueStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return [PositionRange(low, min(low + step, up_to)) for low in range(after, up_to, step)]
 
     def commit(self, end: dict[str, int]) -> None:
-        """Spark finished every batch up to ``end``: move the group's watermarks there."""
+        """Spark finished every batch up to ``end``: move the group's watermarks there.
+
+        Each partition's watermark moves to its last message at or below ``end``. Every
+        message of the partition between its watermark and ``end`` was handed to Spark:
+        the query started below the first one the group had not consumed.
+        """
         group = self.options.group
         if group is None:
             return
@@ -182,10 +210,8 @@ class SqlQueueStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         with conn.atomic():
             for topic in self.options.topics:
                 marks = offsets.watermarks(conn, group, topic)
-                low = min(marks.values(), default=0)
-                heads = message_store.partition_heads(conn, topic, low, up_to)
                 offsets.advance(conn, group, topic,
-                                {p: h for p, h in heads.items() if h > marks.get(p, 0)})
+                                message_store.nearest_above(conn, topic, marks, up_to=up_to))
                 offsets.touch(conn, group, topic)
 
     def stop(self) -> None:
@@ -206,8 +232,11 @@ class SqlQueueStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             return
         options = self.options
         with open_connection(options.url) as conn:
+            consumed: dict[tuple[str, str], int] = {}
             if options.group is None:
                 self._check_data_loss(conn, partition)
+            else:
+                consumed = self._watermarks(conn, options.group)
             after = partition.after
             while after < partition.up_to:
                 rows = message_store.read_positions(conn, list(options.topics), after,
@@ -217,12 +246,21 @@ class SqlQueueStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                     return
                 after = int(rows[-1][1])
                 if options.group is not None:
-                    # A replayed dead letter is meant for the group that failed it only.
+                    # A replayed dead letter is meant for the group that failed it only;
+                    # a message at or below its partition's watermark was consumed by the
+                    # group before this query (it resumed below it for another partition).
                     rows = [row for row in rows
-                            if replay_target(row[HEADERS]) in (None, options.group)]
+                            if replay_target(row[HEADERS]) in (None, options.group)
+                            and row[POSITION] > consumed.get((row[TOPIC], str(row[PARTITION])), 0)]
                     if not rows:
                         continue
                 yield tables.to_batch("messages", rows)
+
+    def _watermarks(self, conn: Connection, group: str) -> dict[tuple[str, str], int]:
+        marks = {(topic, partition): mark for topic in self.options.topics
+                 for partition, mark in offsets.watermarks(conn, group, topic).items()}
+        conn.rollback()
+        return marks
 
     def _check_data_loss(self, conn: Connection, partition: PositionRange) -> None:
         """Fail (or warn) if GC may have deleted messages of this range before it was read.

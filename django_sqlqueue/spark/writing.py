@@ -280,7 +280,8 @@ class _TaskWriter:
                 if attempt == INSERT_ATTEMPTS or isinstance(exc, SQLQueueError):
                     raise
                 logger.warning("spark write retried attempt=%s error=%s: %s", attempt,
-                               type(exc).__name__, " ".join(str(exc).split())[:200])
+                               type(exc).__name__,
+                               self.plan.options.hide(" ".join(str(exc).split()))[:200])
                 time.sleep(0.2 * attempt)
         return 0  # not reached
 

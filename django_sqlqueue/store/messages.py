@@ -172,17 +172,31 @@ def lowest_position(conn: Connection, topics: Sequence[str]) -> int | None:
     return None if row[0] is None else int(row[0])
 
 
-def partition_heads(conn: Connection, topic: str, after_position: int,
-                    up_to_position: int) -> dict[str, int]:
-    """Per partition of ``topic``, the highest position in (after, up_to]."""
+def nearest_above(conn: Connection, topic: str, marks: dict[str, int], *,
+                  up_to: int | None = None) -> dict[str, int]:
+    """Per partition in ``marks``, the position of its first message above its mark, or
+    with ``up_to`` of its last message in (mark, up_to]; a partition without one is left out.
+
+    One index seek per partition (queue_msg_position), whatever the backlog: each is its
+    own query with constant bounds, so that MariaDB seeks instead of scanning the
+    partition from its start (as it does for a bound taken from a joined row).
+    """
     q = conn.q
-    rows = conn.fetch_all(
-        f"SELECT {q('partition_key')}, MAX({q('position')}) FROM {q('queue_messages')} "  # noqa: S608 - names quoted, values bound
-        f"WHERE {q('topic')} = %s AND {q('position')} > %s AND {q('position')} <= %s "
-        f"GROUP BY {q('partition_key')}",
-        [topic, after_position, up_to_position],
-    )
-    return {str(r[0]): int(r[1]) for r in rows}
+    bound = "" if up_to is None else f" AND {q('position')} <= %s"
+    order = "ASC" if up_to is None else "DESC"
+    part = (f"SELECT {q('partition_key')}, {q('position')} FROM {q('queue_messages')} "  # noqa: S608 - names quoted, values bound
+            f"WHERE {q('topic')} = %s AND {q('partition_key')} = %s AND {q('position')} > %s"
+            f"{bound} ORDER BY {q('position')} {order} LIMIT 1")
+    found: dict[str, int] = {}
+    items = list(marks.items())
+    for start in range(0, len(items), 200):
+        chunk = items[start:start + 200]
+        sql = " UNION ALL ".join(f"SELECT * FROM ({part}) n{i}" for i in range(len(chunk)))  # noqa: S608 - names quoted, values bound
+        params: list[Any] = []
+        for partition, mark in chunk:
+            params += [topic, partition, mark] + ([] if up_to is None else [up_to])
+        found.update({str(r[0]): int(r[1]) for r in conn.fetch_all(sql, params)})
+    return found
 
 
 def count_positions(conn: Connection, after_position: int, up_to_position: int) -> int:

@@ -7,8 +7,9 @@ from collections.abc import Sequence
 from .connection import Connection
 
 
-def ensure(conn: Connection, group: str, topic: str, partitions: Sequence[str]) -> None:
-    """Register ``group`` for ``topic``: a watermark at 0 for partitions without one.
+def ensure(conn: Connection, group: str, topic: str, partitions: Sequence[str],
+           at: int = 0) -> None:
+    """Register ``group`` for ``topic``: a watermark at ``at`` for partitions without one.
 
     From then on GC waits for the group, as it waits for a subscriber's (see
     :meth:`django_sqlqueue.models.offsets.ConsumerOffsetManager.ensure`).
@@ -21,8 +22,8 @@ def ensure(conn: Connection, group: str, topic: str, partitions: Sequence[str]) 
         conn.execute(
             f"{prefix} {q('queue_offsets')} ({q('consumer_group')}, {q('topic')}, "
             f"{q('partition_key')}, {q('offset_acked')}, {q('offset_fetched')}, {q('updated_at')}) "
-            f"VALUES {', '.join([f'(%s, %s, %s, 0, 0, {now})'] * len(batch))}{suffix}",
-            [v for partition in batch for v in (group, topic, partition)],
+            f"VALUES {', '.join([f'(%s, %s, %s, %s, %s, {now})'] * len(batch))}{suffix}",
+            [v for partition in batch for v in (group, topic, partition, at, at)],
         )
 
 

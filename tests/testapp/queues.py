@@ -298,3 +298,16 @@ def checkout(message: sqlqueue.Message) -> None:
     if message.group == "payments" and broken and os.path.exists(broken):
         raise RuntimeError(
             f"payment provider refused customer {message.payload.get('customer_id')}")
+
+
+# ------------------------------------------------------------------ written by Spark
+
+
+@sqlqueue.subscriber("sparkfed", group="downstream", backoff=FAST_RETRY)
+def fed_by_spark(message: sqlqueue.Message) -> None:
+    """Records the payload with the headers, as they arrive, in Handled.payload."""
+    Handled.objects.create(
+        group=message.group, topic=message.topic, key=message.key, offset=message.offset,
+        message_id=message.id, payload={"payload": message.payload, "headers": message.headers},
+        attempt=message.attempt, pid=os.getpid(), handled_at=time.time(),
+    )
