@@ -147,7 +147,8 @@ def test_run_after_is_not_started_early(workers):
     now = tasks.remember.enqueue("now")
     worker = workers.start("tasks-defer", "--queue", "ordered")
     finished(now, watch=[worker])
-    assert runs("deferred") == []
+    # Whether "deferred" has run by now depends on how long the worker took to start
+    # (a loaded machine can take more than 3 s); when it ran is what must hold.
     fresh = finished(deferred, timeout=15, watch=[worker])
     assert fresh.started_at >= run_after
     assert fresh.started_at - run_after < timedelta(seconds=10)
