@@ -137,7 +137,7 @@ class DeliveryStateManager(models.Manager["DeliveryState"]):
             f"ON m.{q('offset')} = d.{q('message_offset')} "
             f"WHERE d.{q('consumer_group')} = %s AND d.{q('topic')} = %s "
             f"AND d.{q('partition_key')} = %s AND d.{q('acked')} = {vendor.false_sql(connection)} "
-            f"AND m.{q('position')} > %s AND m.{q('position')} <= %s"
+            f"AND d.{q('parked')} = 0 AND m.{q('position')} > %s AND m.{q('position')} <= %s"
         )
         open_windows = [p for p, (watermark, cursor) in windows.items() if cursor > watermark]
         result: list[ReadRow] = []
@@ -306,7 +306,8 @@ class DeliveryStateManager(models.Manager["DeliveryState"]):
             f"WHERE {q('consumer_group')} = %s AND {q('topic')} = %s AND "
         )
         acked = sqlb.fetch_all(
-            connection, base + f"{q('acked')} = {vendor.true_sql(connection)} LIMIT %s) AS n",
+            connection,
+            base + f"{q('acked')} = {vendor.true_sql(connection)} AND {q('parked')} = 0 LIMIT %s) AS n",
             [group, topic, cap])
         in_flight = sqlb.fetch_all(
             connection,
@@ -361,6 +362,12 @@ class DeliveryState(models.Model):
     # Redeliveries so far: the attempt number is retry_count + 1 (-1: not delivered yet).
     retry_count = models.IntegerField(default=0)
     last_error = models.TextField(blank=True, default="")
+    # Waiting messages the watermark has passed (see django_sqlqueue.models.waiting):
+    # NOT_PARKED, PARKED_DUE or PARKED_BEHIND. A parked row also names its message's key and
+    # position, so a key's next parked message is found without reading the log.
+    parked = models.SmallIntegerField(db_default=0)
+    message_key = models.CharField(max_length=KEY_LENGTH, blank=True, db_default="")
+    message_position = models.BigIntegerField(db_default=0)
 
     objects = DeliveryStateManager()
 
@@ -368,6 +375,15 @@ class DeliveryState(models.Model):
         db_table = "queue_delivery_state"
         verbose_name = "delivery state"
         verbose_name_plural = "delivery states"
+        indexes = [
+            # A partition's parked messages by due time (and, acked, those GC may collect).
+            models.Index(fields=["consumer_group", "topic", "partition_key", "parked", "acked",
+                                 "invisible_until"], name="queue_delivery_parked"),
+            # A key's parked messages in log order (strict mode); the partition is left out
+            # to fit MySQL's index size limit (a key lives in one partition).
+            models.Index(fields=["consumer_group", "topic", "message_key", "message_position"],
+                         name="queue_delivery_parked_key"),
+        ]
 
     def __str__(self) -> str:
         return f"{self.consumer_group}:{self.topic}/{self.partition_key}@{self.message_offset}"
