@@ -8,6 +8,7 @@ import pytest
 
 import django_sqlqueue as sqlqueue
 from django_sqlqueue.models import ConsumerOffset, DeliveryState
+from django_sqlqueue.operations.control import deliver_now
 from tests.testapp.models import Handled
 from tests.worker_harness import partition_of, position_of, wait_until, worker_pool
 
@@ -36,17 +37,14 @@ def progress(group: str, topic: str, partition: str) -> tuple[int, int]:
 
 
 def test_the_watermark_passes_a_delayed_head_which_waits_in_its_row_alone(workers):
-    sqlqueue.publish("manykeys", {"n": "first"}, key="first")
-    worker = workers.start("watermarks", "--topic", "manykeys")
-    wait_until(lambda: Handled.objects.filter(topic="manykeys").exists(),
-               what="the worker under way", watch=[worker])
-    head = sqlqueue.publish("manykeys", {"n": "head"}, key="head", delay=5)
+    head = sqlqueue.publish("manykeys", {"n": "head"}, key="head", delay=3600)
     partition = partition_of("manykeys", "head")
     behind = sqlqueue.publish_many("manykeys", [
         {"payload": {"n": n}, "key": key}
         for n, key in enumerate(keys_in_partition("manykeys", partition, 300))])
+    worker = workers.start("watermarks", "--topic", "manykeys")
 
-    wait_until(lambda: Handled.objects.filter(topic="manykeys").count() >= 301,
+    wait_until(lambda: Handled.objects.filter(topic="manykeys").count() >= 300,
                what="the 300 messages behind the delayed head", watch=[worker])
     last = max(position_of(m.offset) or 0 for m in behind)
     # While the head waits, the watermark is past everything, and of the delivery rows
@@ -56,9 +54,10 @@ def test_the_watermark_passes_a_delayed_head_which_waits_in_its_row_alone(worker
     assert not Handled.objects.filter(offset=head.offset).exists()
     assert list(DeliveryState.objects.filter(topic="manykeys").values_list(
         "message_offset", "parked", "acked")) == [(head.offset, 1, False)]
-    # When due it is handled, and its row is then acked (GC deletes it with the message).
-    wait_until(lambda: Handled.objects.filter(offset=head.offset).exists(), timeout=15,
-               what="the delayed head handled when due", watch=[worker])
+    # Made due by an operator, it is handled, and its row acked (GC deletes both).
+    assert deliver_now("bulk", "manykeys", head.offset)
+    wait_until(lambda: Handled.objects.filter(offset=head.offset).exists(),
+               what="the delayed head handled once due", watch=[worker])
     wait_until(lambda: list(DeliveryState.objects.filter(topic="manykeys").values_list(
         "message_offset", "acked")) == [(head.offset, True)],
         what="the head's row acked", watch=[worker])

@@ -29,6 +29,8 @@ def binary_collation(apps: Any, schema_editor: Any) -> None:
 
 class Migration(migrations.Migration):
 
+    atomic = False  # MySQL cannot roll back DDL anyway (see 0002)
+
     dependencies = [
         ("django_sqlqueue", "0010_archive"),
     ]

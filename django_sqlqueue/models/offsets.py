@@ -1,7 +1,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from django.db import connections, models
 
@@ -100,13 +100,15 @@ class ConsumerOffsetManager(PartitionRowsManager):
         return result
 
     def estimated_lag(self, group: str, topic: str, sample: int, using: str) -> tuple[int, bool]:
-        """(messages above the group's watermarks, whether that is an estimate).
+        """(messages above the group's watermarks, plus the waiting ones it has parked below
+        them, whether that is an estimate).
 
         Per partition they are counted exactly up to ``sample``; a partition with more is
         estimated as its first ``sample`` spread over the span up to its newest position
         (positions are shared by every topic and partition, so the span alone would
         overcount). Reads at most ``sample`` index entries and one index seek per
-        partition, two queries per 200 partitions, whatever the lag."""
+        partition, two queries per 200 partitions, whatever the lag. Parked messages are
+        counted up to ``sample`` per partition too."""
         connection = connections[using]
         q = sqlb.quoter(connection)
         first = (
@@ -122,6 +124,9 @@ class ConsumerOffsetManager(PartitionRowsManager):
         marks = list(self.using(using).filter(consumer_group=group, topic=topic)
                      .values_list("partition_key", "offset_acked"))
         total, estimated = 0, False
+        for counted in _parked_counts(connection, group, topic, [p for p, _ in marks], sample):
+            total += counted
+            estimated = estimated or counted >= sample
         for batch in sqlb.chunks(marks):
             params: list[object] = []
             for partition, watermark in batch:
@@ -143,9 +148,11 @@ class ConsumerOffsetManager(PartitionRowsManager):
                 total += 1 + round((sample - 1) * (int(newest) - lowest) / max(1, nth - lowest))
         return total, estimated
 
-    def oldest_pending(self, group: str, topic: str, using: str) -> int | None:
+    def oldest_pending(self, group: str, topic: str, using: str, now_ms: int | None = None
+                       ) -> int | None:
         """When the oldest message the group has not consumed became due (epoch ms: the
-        earliest ``deliver_at`` of the first message above each watermark), or None when
+        earliest ``deliver_at`` of the first message above each watermark, and with
+        ``now_ms`` the earliest due time of a parked message due by then), or None when
         every partition is consumed. One index seek per partition, 200 to a query."""
         connection = connections[using]
         q = sqlb.quoter(connection)
@@ -164,11 +171,15 @@ class ConsumerOffsetManager(PartitionRowsManager):
             for (due,) in sqlb.fetch_all(connection, sqlb.union_all([branch] * len(batch)),
                                          params):
                 oldest = int(due) if oldest is None else min(oldest, int(due))
+        if now_ms is not None:
+            for due in _parked_due(connection, group, topic, [p for p, _ in marks], now_ms):
+                oldest = due if oldest is None else min(oldest, due)
         return oldest
 
     def unconsumed_counts(self, topic: str, groups: Sequence[str], using: str) -> dict[str, int]:
         """Per group, how many of the topic's sequenced messages lie above the group's
-        watermark of their partition (0 where it has no watermark yet)."""
+        watermark of their partition (0 where it has no watermark yet), or wait parked
+        below it (delayed, or backing off before a retry)."""
         connection = connections[using]
         q = sqlb.quoter(connection)
         sql = (
@@ -178,8 +189,52 @@ class ConsumerOffsetManager(PartitionRowsManager):
             f"WHERE m.{q('topic')} = %s AND m.{q('position')} IS NOT NULL "
             f"AND m.{q('position')} > COALESCE(o.{q('offset_acked')}, 0)"
         )
+        parked = (
+            f"SELECT COUNT(*) FROM {q('queue_delivery_state')} WHERE {q('consumer_group')} = %s "  # noqa: S608 - names quoted, values bound
+            f"AND {q('topic')} = %s AND {q('parked')} > 0 "
+            f"AND {q('acked')} = {vendor.false_sql(connection)}"
+        )
         return {group: int(sqlb.fetch_all(connection, sql, [group, topic])[0][0])
+                + int(sqlb.fetch_all(connection, parked, [group, topic])[0][0])
                 for group in groups}
+
+
+def _parked_counts(connection: Any, group: str, topic: str, partitions: Sequence[str],
+                   cap: int) -> list[int]:
+    """Per partition, the group's unacked parked messages, counted up to ``cap`` (a range
+    of the queue_delivery_parked index each)."""
+    q = sqlb.quoter(connection)
+    false = vendor.false_sql(connection)
+    branch = (
+        f"SELECT COUNT(*) AS n FROM (SELECT 1 AS one FROM {q('queue_delivery_state')} "  # noqa: S608 - names quoted, values bound
+        f"WHERE {q('consumer_group')} = %s AND {q('topic')} = %s AND {q('partition_key')} = %s "
+        f"AND {q('parked')} IN (1, 2) AND {q('acked')} = {false} LIMIT %s) AS capped"
+    )
+    counts: list[int] = []
+    for batch in sqlb.chunks(list(partitions)):
+        params = [v for partition in batch for v in (group, topic, partition, cap)]
+        counts += [int(n) for (n,) in sqlb.fetch_all(
+            connection, sqlb.union_all([branch] * len(batch)), params)]
+    return counts
+
+
+def _parked_due(connection: Any, group: str, topic: str, partitions: Sequence[str],
+                now_ms: int) -> list[int]:
+    """Per partition with one, the earliest due time (at most ``now_ms``) of the group's
+    parked messages that wait for nothing but a worker."""
+    q = sqlb.quoter(connection)
+    branch = (
+        f"SELECT {q('invisible_until')} AS due FROM {q('queue_delivery_state')} "  # noqa: S608 - names quoted, values bound
+        f"WHERE {q('consumer_group')} = %s AND {q('topic')} = %s AND {q('partition_key')} = %s "
+        f"AND {q('parked')} = 1 AND {q('acked')} = {vendor.false_sql(connection)} "
+        f"AND {q('invisible_until')} <= %s ORDER BY {q('invisible_until')} LIMIT 1"
+    )
+    dues: list[int] = []
+    for batch in sqlb.chunks(list(partitions)):
+        params = [v for partition in batch for v in (group, topic, partition, now_ms)]
+        dues += [int(due) for (due,) in sqlb.fetch_all(
+            connection, sqlb.union_all([branch] * len(batch)), params)]
+    return dues
 
 
 class ConsumerOffset(models.Model):

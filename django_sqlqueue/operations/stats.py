@@ -105,7 +105,7 @@ def overview(*, topic: str | None = None, group: str | None = None, using: str =
         acked, in_flight = DeliveryState.objects.window_counts(g, t, now_ms, WINDOW_CAP, using)
         waiting, oldest_waiting = unsequenced.get(t, (0, now_ms))
         lag = max(0, above - acked)
-        oldest = ConsumerOffset.objects.oldest_pending(g, t, using) if lag else None
+        oldest = ConsumerOffset.objects.oldest_pending(g, t, using, now_ms) if lag else None
         if waiting:
             lag += waiting
             oldest = oldest_waiting if oldest is None else min(oldest, oldest_waiting)
