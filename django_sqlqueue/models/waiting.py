@@ -55,6 +55,9 @@ def park(group: str, topic: str, parks: Sequence[Park], using: str) -> None:
 
     An existing row keeps its attempts and last error; its due time becomes ``until``.
     """
+    # One row once (the last decision stands): PostgreSQL refuses an upsert that changes a
+    # row twice.
+    parks = list({(p.partition, p.offset): p for p in parks}.values())
     if not parks:
         return
     connection = connections[using]

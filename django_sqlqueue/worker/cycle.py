@@ -46,7 +46,7 @@ Subscriber = tuple[str, str]  # (consumer group, topic)
 OUTCOME_ATTEMPTS = 3
 # Messages one cycle reads from the log at most when what it reads waits (and is parked)
 # instead of going out: bounds the cycle, however many waiting messages lie ahead.
-READ_BUDGET = 2000
+READ_BUDGET = 1000
 
 
 @dataclass
@@ -313,6 +313,8 @@ class PollCycle:
             reads = {ident: p for ident, p in reads.items()
                      if share[ident] > 0 and p.unread() and p.window_space() > 0
                      and _kept(p) == kept[ident]}
+        for partition in reads.values():
+            result.report(partition).more = True  # the budget ran out: poll again at once
         self._write_deliveries(writes, result)
         hooks.call(result.reports.values(), lambda report: [d.message for d in report.deliveries],
                    lambda hooks_, messages: hooks_.handed_out(messages, self.using))
