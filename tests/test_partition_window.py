@@ -152,3 +152,17 @@ def test_a_parked_message_read_back_when_due_goes_first_of_its_key_and_holds_no_
     assert partition.advance() == (0, 5)  # not held below the parked message
     partition.settled(entry)
     assert "k" in partition.take_key_checks()  # look for its next parked message
+
+
+def test_a_rebuilt_message_is_parked_only_if_no_handler_of_this_worker_runs_it():
+    partition = Partition(SUBSCRIPTION, "0", generation=1)
+    rows = [ReadRow("0", MessageRow(offset=1000 + p, position=p, topic="t", key="", id=str(p),
+                                    payload="{}", metadata="{}", published_at=0, deliver_at=0),
+                    DeliveryRow(False, 0, NOW + 30_000, "")) for p in (1, 2)]
+    running = partition.admit(rows[0], NOW, may_deliver=False).entry
+    orphan = partition.admit(rows[1], NOW, may_deliver=False).entry
+    assert running is not None and orphan is not None
+    partition.running(running)  # its handler runs here: its outcome needs the entry
+    partition.park_retries(NOW)
+    assert parked(partition) == [(2, PARKED_DUE)]  # back when its visibility runs out
+    assert list(partition.entries) == [running.offset]

@@ -268,8 +268,12 @@ class Partition:
             if entry.key in self._parked_keys:
                 return self._park_new(entry, PARKED_BEHIND)  # its key's head is parked
             behind = entry.key in self.key_queues
-        if self._waits_long(entry, now_ms, behind):
+        if entry.attempts == 0 and self._waits_long(entry, now_ms, behind):
             return self._park_new(entry, PARKED_BEHIND if behind else PARKED_DUE)
+        if entry.attempts > 0:
+            # Delivered before (a rebuilt window): it may be running here, which only the
+            # caller knows; park_retries() parks it if it just waits out a backoff.
+            self._retried.append(entry)
         self.entries[entry.offset] = entry
         self._order.append(entry.offset)
         needs_row = delivery is None
