@@ -55,14 +55,14 @@ class Migration(migrations.Migration):
         migrations.AddIndex(
             model_name="deliverystate",
             index=models.Index(
-                fields=["consumer_group", "topic", "partition_key", "parked", "acked",
+                fields=["parked", "consumer_group", "topic", "partition_key", "acked",
                         "invisible_until"],
                 name="queue_delivery_parked",
             ),
         ),
         migrations.AddIndex(
             model_name="deliverystate",
-            index=models.Index(fields=["consumer_group", "topic", "message_key", "message_position"],
+            index=models.Index(fields=["message_key", "consumer_group", "topic", "message_position"],
                                name="queue_delivery_parked_key"),
         ),
     ]

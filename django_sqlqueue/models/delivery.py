@@ -375,13 +375,16 @@ class DeliveryState(models.Model):
         db_table = "queue_delivery_state"
         verbose_name = "delivery state"
         verbose_name_plural = "delivery states"
+        # Both lead with a column the joins on this table (message → delivery row) never
+        # name, so no planner takes them for the primary key: PostgreSQL with stale
+        # statistics once read a whole group's rows per message through such a prefix.
         indexes = [
             # A partition's parked messages by due time (and, acked, those GC may collect).
-            models.Index(fields=["consumer_group", "topic", "partition_key", "parked", "acked",
+            models.Index(fields=["parked", "consumer_group", "topic", "partition_key", "acked",
                                  "invisible_until"], name="queue_delivery_parked"),
             # A key's parked messages in log order (strict mode); the partition is left out
             # to fit MySQL's index size limit (a key lives in one partition).
-            models.Index(fields=["consumer_group", "topic", "message_key", "message_position"],
+            models.Index(fields=["message_key", "consumer_group", "topic", "message_position"],
                          name="queue_delivery_parked_key"),
         ]
 
