@@ -31,7 +31,7 @@ if str(REPO_ROOT) not in sys.path:
     sys.path.insert(0, str(REPO_ROOT))
 
 NAMES = ["publish_single", "publish_many", "end_to_end", "latency", "idle_queries",
-         "many_keys", "scale", "fleet", "admin_pages", "tasks"]
+         "many_keys", "scale", "fleet", "admin_pages", "tasks", "waiting"]
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -67,6 +67,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                              "backend in each of three rounds (default: 5000)")
     parser.add_argument("--baseline-tasks", type=int, default=1_000,
                         help="... and on django-tasks-db's, which is slower (default: 1000)")
+    parser.add_argument("--waiting", type=int, default=50_000,
+                        help="messages waiting in one partition for waiting (delayed a "
+                             "day; behind a failing key) (default: 50000)")
     parser.add_argument("--profile", action="store_true",
                         help="MariaDB/MySQL: also count the end_to_end workers' statements "
                              "by kind and table (adds a little overhead)")
@@ -102,10 +105,10 @@ def main(argv: list[str] | None = None) -> int:
     django.setup()
     from django.core.management import call_command
 
-    from benchmarks import admin_pages, scaling, suite, tasks
+    from benchmarks import admin_pages, scaling, suite, tasks, waiting
 
     benchmarks = {**suite.BENCHMARKS, **scaling.BENCHMARKS, **admin_pages.BENCHMARKS,
-                  **tasks.BENCHMARKS}
+                  **tasks.BENCHMARKS, **waiting.BENCHMARKS}
 
     call_command("migrate", verbosity=0, interactive=False)
     meta = describe(db, args)
@@ -119,7 +122,7 @@ def main(argv: list[str] | None = None) -> int:
         scale_messages=args.scale_messages, scale_timeout=args.scale_timeout,
         fleet_sizes=args.fleet_sizes, admin_messages=args.admin_messages,
         admin_dead_letters=args.admin_dead_letters, task_count=args.tasks,
-        baseline_task_count=args.baseline_tasks,
+        baseline_task_count=args.baseline_tasks, waiting_messages=args.waiting,
     )
     results: list[suite.Result] = []
     failures: list[str] = []

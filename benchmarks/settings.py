@@ -82,6 +82,8 @@ def bench_database() -> dict[str, object]:
 DATABASES = {"default": bench_database()}
 
 # The fleet benchmark's topic has 1,024 partitions; every other topic the default 16.
-SQLQUEUE: dict[str, object] = {"TOPICS": {"fleet": {"PARTITIONS": 1024}}}
+SQLQUEUE: dict[str, object] = {"TOPICS": {"fleet": {"PARTITIONS": 1024},
+                                          "waiting": {"PARTITIONS": 1},
+                                          "waiting_strict": {"PARTITIONS": 1}}}
 if _overrides := os.environ.get("SQLQUEUE_BENCH_SETTINGS"):
     SQLQUEUE.update(json.loads(_overrides))

@@ -101,6 +101,7 @@ class Context:
     admin_dead_letters: int = 100_000
     task_count: int = 5_000  # tasks enqueued and drained on django-sqlqueue's backend
     baseline_task_count: int = 1_000  # ... and on django-tasks-db's
+    waiting_messages: int = 50_000  # waiting messages in one partition (waiting benchmark)
     workers: list[subprocess.Popen[bytes]] = field(default_factory=list)
     log: Callable[[str], None] = print
 

@@ -45,6 +45,10 @@ DEFAULTS: dict[str, Any] = {
     # Seconds after which a running handler's message is no longer kept invisible, so it
     # is redelivered once its visibility timeout runs out; None: handlers may run forever.
     "MAX_HANDLER_TIME": None,
+    # Unacked messages a worker keeps in memory per partition it holds (in flight, due, or
+    # waiting briefly). Messages that wait long, or beyond half of it, stay in the database
+    # until due, so a mass of delayed messages never holds up due ones.
+    "MAX_WINDOW": 10_000,
     # Partitions of a topic that has no entry in TOPICS, recorded when the topic is first
     # sequenced. A partition is the unit of leasing: at most this many workers share a topic.
     "PARTITIONS": 16,
@@ -101,6 +105,7 @@ class QueueSettings:
     group_retention: float | None
     shutdown_grace: float
     max_handler_time: float | None
+    max_window: int
     partitions: int
     topics: dict[str, dict[str, Any]]
     search_fields: list[str]

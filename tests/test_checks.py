@@ -129,6 +129,8 @@ def test_check_errors_are_errors_not_warnings():
         ("MAX_HANDLER_TIME", "1h", "sqlqueue.E020"),
         ("GROUP_RETENTION", 0, "sqlqueue.E021"),
         ("GROUP_RETENTION", "7d", "sqlqueue.E021"),
+        ("MAX_WINDOW", 0, "sqlqueue.E022"),
+        ("MAX_WINDOW", 100.0, "sqlqueue.E022"),
         ("ARCHIVE_BEFORE_GC", 1, "sqlqueue.E060"),
         ("ARCHIVE_BEFORE_GC", "yes", "sqlqueue.E060"),
     ],

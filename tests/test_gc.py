@@ -5,6 +5,7 @@ from __future__ import annotations
 import io
 import logging
 import time
+from collections.abc import Callable
 
 import pytest
 from django.core.management import call_command
@@ -12,6 +13,9 @@ from django.core.management.base import CommandError
 from django.db import connection
 
 import django_sqlqueue as sqlqueue
+from django_sqlqueue.consuming.message import Message
+from django_sqlqueue.consuming.registry import subscriptions, unregister
+from django_sqlqueue.exceptions import TopicNotDrained
 from django_sqlqueue.models import (
     ConsumerOffset,
     DeliveryState,
@@ -19,9 +23,12 @@ from django_sqlqueue.models import (
     QueueMessage,
     SubscriberHeartbeat,
 )
+from django_sqlqueue.operations.stats import overview
 from django_sqlqueue.partitioning import partition_for
+from django_sqlqueue.repartition import repartition
 from django_sqlqueue.sequencing import sequence_all
 from django_sqlqueue.worker.collector import GarbageCollector, collect_garbage
+from django_sqlqueue.worker.process import Worker
 from tests.worker_harness import end_sessions, other_sessions, wait_until
 
 pytestmark = pytest.mark.django_db
@@ -260,3 +267,103 @@ def test_gc_goes_on_collecting_after_its_connection_was_lost():
                    what="a collection after the connection was lost")
     finally:
         collector.stop()
+
+
+# ----------------------------------------------------------------- waiting messages
+
+def drain_keyed(publish_first: Callable[[], None], handler: Callable[[Message], None]) -> None:
+    """Publish with ``publish_first``, then 2,000 messages of other keys to "keyed" (one
+    partition), and drain it with a burst worker of group "g3" running ``handler``."""
+    sqlqueue.subscriber("keyed", group="g3", backoff=sqlqueue.ExponentialBackoff(base=0.05))(
+        handler)
+    subs = [s for s in subscriptions() if (s.topic, s.group) == ("keyed", "g3")]
+    try:
+        publish_first()
+        for start in range(0, 2000, 500):
+            sqlqueue.publish_many("keyed", [{"payload": n, "key": f"k{n}"}
+                                            for n in range(start, start + 500)])
+        assert Worker(subs, name="burst", burst=True).run() == 0
+    finally:
+        unregister("keyed", "g3")
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_message_delayed_a_year_leaves_only_itself_and_its_row_after_a_drain_and_gc():
+    late: list[int] = []
+    drain_keyed(lambda: late.append(sqlqueue.publish(
+        "keyed", {"remind": "next year"}, key="late", delay=365 * 86400).offset),
+        lambda message: None)
+
+    assert collect_garbage(["keyed"], {"keyed": {"g3"}}, "default") == 2000
+    assert list(QueueMessage.objects.filter(topic="keyed").values_list("offset", flat=True)) \
+        == late
+    assert list(DeliveryState.objects.filter(topic="keyed").values_list(
+        "message_offset", "acked", "parked")) == [(late[0], False, 1)]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_parked_message_counts_as_lag_and_keeps_its_topic_from_being_repartitioned():
+    drain_keyed(lambda: sqlqueue.publish("keyed", {}, key="late", delay=86400),
+                lambda message: None)
+
+    row = overview(topic="keyed", group="g3")[0]
+    assert row.lag == 1
+    with pytest.raises(TopicNotDrained):
+        repartition("keyed", 2)
+    assert QueueMessage.objects.filter(topic="keyed", message_key="late").exists()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_retry_backing_off_for_days_leaves_only_itself_and_its_row_after_a_drain_and_gc():
+    def handler(message: Message) -> None:
+        if message.key == "flaky":
+            raise sqlqueue.Retry(delay=3 * 86400, reason="try again in three days")
+
+    flaky: list[int] = []
+    drain_keyed(lambda: flaky.append(sqlqueue.publish("keyed", {}, key="flaky").offset), handler)
+
+    assert collect_garbage(["keyed"], {"keyed": {"g3"}}, "default") == 2000
+    assert list(QueueMessage.objects.filter(topic="keyed").values_list("offset", flat=True)) \
+        == flaky
+    row = DeliveryState.objects.get(topic="keyed")
+    assert (row.message_offset, row.acked, row.parked, row.retry_count) == (flaky[0], False, 1, 0)
+    assert row.last_error.endswith("try again in three days")
+
+
+def test_gc_keeps_a_message_any_group_has_parked_and_collects_it_once_acked():
+    positions = publish_sequenced(3)
+    waiting = QueueMessage.objects.get(topic="orders", position=positions[1])
+    for group in ("billing", "shipping"):
+        set_watermark(group, "k", positions[-1])
+    park(waiting, "shipping")
+
+    assert collect_garbage(["orders"], {}, "default") == 2
+    assert remaining() == [positions[1]]
+    assert collect_garbage(["orders"], {}, "default") == 0  # still waiting
+
+    DeliveryState.objects.filter(message_offset=waiting.offset).update(acked=True)
+    assert collect_garbage(["orders"], {}, "default") == 1
+    assert remaining() == []
+    assert not DeliveryState.objects.exists()  # the acked parked row goes with it
+
+
+def test_gc_keeps_an_acked_parked_message_another_group_has_not_passed():
+    positions = publish_sequenced(3)
+    waiting = QueueMessage.objects.get(topic="orders", position=positions[1])
+    set_watermark("billing", "k", positions[-1])
+    set_watermark("shipping", "k", positions[0])
+    park(waiting, "billing", acked=True)
+
+    assert collect_garbage(["orders"], {}, "default") == 1  # positions[0] only
+    assert remaining() == positions[1:]
+    set_watermark("shipping", "k", positions[-1])
+    assert collect_garbage(["orders"], {}, "default") == 2
+    assert remaining() == []
+    assert not DeliveryState.objects.exists()
+
+
+def park(message: QueueMessage, group: str, acked: bool = False) -> None:
+    DeliveryState.objects.create(
+        consumer_group=group, topic=message.topic, partition_key=message.partition_key,
+        message_offset=message.offset, acked=acked, invisible_until=2**40, retry_count=-1,
+        parked=1, message_key=message.message_key, message_position=message.position or 0)

@@ -8,6 +8,7 @@ import pytest
 
 import django_sqlqueue as sqlqueue
 from django_sqlqueue.models import ConsumerOffset, DeliveryState
+from django_sqlqueue.operations.control import deliver_now
 from tests.testapp.models import Handled
 from tests.worker_harness import partition_of, position_of, wait_until, worker_pool
 
@@ -35,27 +36,31 @@ def progress(group: str, topic: str, partition: str) -> tuple[int, int]:
     ).values_list("offset_acked", "offset_fetched").get()
 
 
-def test_a_delayed_head_holds_the_watermark_but_not_the_reading_behind_it(workers):
-    head = sqlqueue.publish("manykeys", {"n": "head"}, key="head", delay=20)
+def test_the_watermark_passes_a_delayed_head_which_waits_in_its_row_alone(workers):
+    head = sqlqueue.publish("manykeys", {"n": "head"}, key="head", delay=3600)
     partition = partition_of("manykeys", "head")
     behind = sqlqueue.publish_many("manykeys", [
         {"payload": {"n": n}, "key": key}
-        for n, key in enumerate(keys_in_partition("manykeys", partition, 1200))])
+        for n, key in enumerate(keys_in_partition("manykeys", partition, 300))])
     worker = workers.start("watermarks", "--topic", "manykeys")
 
-    wait_until(lambda: Handled.objects.filter(topic="manykeys").count() >= 1200,
-               what="the 1,200 messages behind the delayed head", watch=[worker])
+    wait_until(lambda: Handled.objects.filter(topic="manykeys").count() >= 300,
+               what="the 300 messages behind the delayed head", watch=[worker])
     last = max(position_of(m.offset) or 0 for m in behind)
-    # While the head waits: everything behind it read once (the cursor is at the end),
-    # the watermark just below the head.
-    acked, fetched = wait_until(lambda: progress("bulk", "manykeys", partition)
-                                if progress("bulk", "manykeys", partition)[1] >= last else None,
-                                what="the read cursor at the partition's end", watch=[worker])
-    assert acked < position_of(head.offset)
-    # Once the head is handled, the watermark passes all 1,201 and their rows are gone.
-    wait_until(lambda: progress("bulk", "manykeys", partition)[0] >= last, timeout=40,
-               what="the watermark passing every acked message", watch=[worker])
-    assert not DeliveryState.objects.filter(topic="manykeys").exists()
+    # While the head waits, the watermark is past everything, and of the delivery rows
+    # only the head's is left: parked until it is due.
+    wait_until(lambda: progress("bulk", "manykeys", partition)[0] >= last,
+               what="the watermark past the waiting head", watch=[worker])
+    assert not Handled.objects.filter(offset=head.offset).exists()
+    assert list(DeliveryState.objects.filter(topic="manykeys").values_list(
+        "message_offset", "parked", "acked")) == [(head.offset, 1, False)]
+    # Made due by an operator, it is handled, and its row acked (GC deletes both).
+    assert deliver_now("bulk", "manykeys", head.offset)
+    wait_until(lambda: Handled.objects.filter(offset=head.offset).exists(),
+               what="the delayed head handled once due", watch=[worker])
+    wait_until(lambda: list(DeliveryState.objects.filter(topic="manykeys").values_list(
+        "message_offset", "acked")) == [(head.offset, True)],
+        what="the head's row acked", watch=[worker])
 
 
 def test_acked_rows_a_killed_worker_left_behind_are_cleaned_up(workers):

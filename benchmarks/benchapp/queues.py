@@ -6,6 +6,10 @@
 own process in ``SQLQUEUE_BENCH_FLEET_DIR``, so the benchmark can tell whether two workers
 ever handled one partition at the same time.
 
+``waiting`` and ``waiting_strict`` (the waiting benchmark): append each handled message's
+key to the file named in ``SQLQUEUE_BENCH_WAITING_LOG``; in ``waiting_strict`` (strict mode)
+a message with ``{"fail": true}`` fails on every attempt.
+
 ``latency``: records (offset, time.time() at handler start) by appending one line to the
 file named in ``SQLQUEUE_BENCH_LATENCY_LOG``. A local file append, not a database write,
 so the measurement adds no load to the database under test.
@@ -54,3 +58,16 @@ def record_run(message: sqlqueue.Message) -> None:
     folder = os.environ.get("SQLQUEUE_BENCH_FLEET_DIR")
     append_line(folder and os.path.join(folder, f"{os.getpid()}.log"),
                 f"{message.partition} {message.offset} {os.getpid()} {began:.6f} {ended:.6f}")
+
+
+@sqlqueue.subscriber("waiting", group="bench")
+def record_key(message: sqlqueue.Message) -> None:
+    append_line(os.environ.get("SQLQUEUE_BENCH_WAITING_LOG"), message.key)
+
+
+@sqlqueue.subscriber("waiting_strict", group="bench", batch_size=1, max_attempts=1_000_000,
+                     backoff=sqlqueue.ExponentialBackoff(base=1.0, cap=2.0))
+def record_key_or_fail(message: sqlqueue.Message) -> None:
+    if isinstance(message.payload, dict) and message.payload.get("fail"):
+        raise RuntimeError("this key fails on every attempt")
+    append_line(os.environ.get("SQLQUEUE_BENCH_WAITING_LOG"), message.key)

@@ -90,35 +90,54 @@ class DeliveryStateManager(models.Manager["DeliveryState"]):
         positioned above the cursor, in position order, with the group's delivery state.
 
         Above a partition's read cursor a group normally has no delivery rows; where it
-        has (state migrated from an earlier schema), they are honoured, not overwritten.
+        has (state migrated from an earlier schema, or an operator made a delayed message
+        due), they are honoured, not overwritten. They are read by primary key in a second
+        statement: joined in the first, PostgreSQL with stale statistics read every row of
+        the partition (parked ones included) per message.
         """
         connection = connections[using]
         q = sqlb.quoter(connection)
         branch = (
-            f"SELECT m.{q('partition_key')} AS part, {select_columns(connection, 'm')}, "  # noqa: S608 - names quoted, values bound
-            f"d.{q('acked')} AS d_acked, d.{q('retry_count')} AS d_retries, "
-            f"d.{q('invisible_until')} AS d_invisible, d.{q('last_error')} AS d_error "
-            f"FROM {q('queue_messages')} m LEFT JOIN {q('queue_delivery_state')} d "
-            f"ON d.{q('consumer_group')} = %s AND d.{q('topic')} = m.{q('topic')} "
-            f"AND d.{q('partition_key')} = m.{q('partition_key')} "
-            f"AND d.{q('message_offset')} = m.{q('offset')} "
+            f"SELECT m.{q('partition_key')} AS part, {select_columns(connection, 'm')} "  # noqa: S608 - names quoted, values bound
+            f"FROM {q('queue_messages')} m "
             f"WHERE m.{q('topic')} = %s AND m.{q('partition_key')} = %s AND m.{q('position')} > %s "
             f"ORDER BY m.{q('position')} LIMIT %s"
         )
-        result: list[ReadRow] = []
+        read: list[tuple[str, MessageRow]] = []
         for partitions in sqlb.chunks(list(ranges)):
             params: list[Any] = []
             for partition in partitions:
                 cursor, limit = ranges[partition]
-                params += [group, topic, partition, cursor, limit]
+                params += [topic, partition, cursor, limit]
             for values in sqlb.fetch_all(connection, sqlb.union_all([branch] * len(partitions)),
                                          params):
-                partition, *message, acked, retries, invisible, error = values
-                delivery = None if acked is None else DeliveryRow(
-                    bool(acked), int(retries), int(invisible), error or "")
-                result.append(ReadRow(partition, message_row(message), delivery))
+                partition, *message = values
+                read.append((partition, message_row(message)))
+        states = self._states(connection, group, topic,
+                              [MessageRef(partition, m.offset) for partition, m in read])
+        result = [ReadRow(partition, m, states.get(MessageRef(partition, m.offset)))
+                  for partition, m in read]
         result.sort(key=lambda row: row.message.position or 0)
         return result
+
+    def _states(self, connection: Any, group: str, topic: str, refs: Sequence[MessageRef]
+                ) -> dict[MessageRef, DeliveryRow]:
+        """The group's delivery rows of ``refs``, by primary key."""
+        q = sqlb.quoter(connection)
+        states: dict[MessageRef, DeliveryRow] = {}
+        for batch in sqlb.chunks(list(refs), 500):
+            where, params = _refs_sql(q, batch)
+            for partition, offset, acked, retries, invisible, error in sqlb.fetch_all(
+                connection,
+                f"SELECT {q('partition_key')}, {q('message_offset')}, {q('acked')}, "  # noqa: S608 - names quoted, values bound
+                f"{q('retry_count')}, {q('invisible_until')}, {q('last_error')} "
+                f"FROM {q('queue_delivery_state')} WHERE {q('consumer_group')} = %s "
+                f"AND {q('topic')} = %s AND {where}",
+                [group, topic, *params],
+            ):
+                states[MessageRef(partition, int(offset))] = DeliveryRow(
+                    bool(acked), int(retries), int(invisible), error or "")
+        return states
 
     def unacked_window(
         self, group: str, topic: str, windows: Mapping[str, tuple[int, int]], using: str,
@@ -137,7 +156,7 @@ class DeliveryStateManager(models.Manager["DeliveryState"]):
             f"ON m.{q('offset')} = d.{q('message_offset')} "
             f"WHERE d.{q('consumer_group')} = %s AND d.{q('topic')} = %s "
             f"AND d.{q('partition_key')} = %s AND d.{q('acked')} = {vendor.false_sql(connection)} "
-            f"AND m.{q('position')} > %s AND m.{q('position')} <= %s"
+            f"AND d.{q('parked')} = 0 AND m.{q('position')} > %s AND m.{q('position')} <= %s"
         )
         open_windows = [p for p, (watermark, cursor) in windows.items() if cursor > watermark]
         result: list[ReadRow] = []
@@ -304,7 +323,7 @@ class DeliveryStateManager(models.Manager["DeliveryState"]):
         mine = (f"FROM {q('queue_delivery_state')} WHERE {q('consumer_group')} = %s "
                 f"AND {q('topic')} = %s AND ")
         acked = (f"SELECT %s AS g, %s AS t, 0 AS k, COUNT(*) AS n FROM (SELECT 1 AS one {mine}"  # noqa: S608 - names quoted, values bound
-                 f"{q('acked')} = {vendor.true_sql(connection)} LIMIT %s) AS s")
+                 f"{q('acked')} = {vendor.true_sql(connection)} AND {q('parked')} = 0 LIMIT %s) AS s")
         in_flight = (f"SELECT %s AS g, %s AS t, 1 AS k, COUNT(*) AS n FROM (SELECT 1 AS one {mine}"  # noqa: S608 - names quoted, values bound
                      f"{q('acked')} = {vendor.false_sql(connection)} AND {q('retry_count')} >= 0 "
                      f"AND {q('invisible_until')} > %s LIMIT %s) AS s")
@@ -364,6 +383,12 @@ class DeliveryState(models.Model):
     # Redeliveries so far: the attempt number is retry_count + 1 (-1: not delivered yet).
     retry_count = models.IntegerField(default=0)
     last_error = models.TextField(blank=True, default="")
+    # Waiting messages the watermark has passed (see django_sqlqueue.models.waiting):
+    # NOT_PARKED, PARKED_DUE or PARKED_BEHIND. A parked row also names its message's key and
+    # position, so a key's next parked message is found without reading the log.
+    parked = models.SmallIntegerField(db_default=0)
+    message_key = models.CharField(max_length=KEY_LENGTH, blank=True, db_default="")
+    message_position = models.BigIntegerField(db_default=0)
 
     objects = DeliveryStateManager()
 
@@ -371,6 +396,18 @@ class DeliveryState(models.Model):
         db_table = "queue_delivery_state"
         verbose_name = "delivery state"
         verbose_name_plural = "delivery states"
+        # Both lead with a column the joins on this table (message → delivery row) never
+        # name, so no planner takes them for the primary key: PostgreSQL with stale
+        # statistics once read a whole group's rows per message through such a prefix.
+        indexes = [
+            # A partition's parked messages by due time (and, acked, those GC may collect).
+            models.Index(fields=["parked", "consumer_group", "topic", "partition_key", "acked",
+                                 "invisible_until"], name="queue_delivery_parked"),
+            # A key's parked messages in log order (strict mode); the partition is left out
+            # to fit MySQL's index size limit (a key lives in one partition).
+            models.Index(fields=["message_key", "consumer_group", "topic", "message_position"],
+                         name="queue_delivery_parked_key"),
+        ]
 
     def __str__(self) -> str:
         return f"{self.consumer_group}:{self.topic}/{self.partition_key}@{self.message_offset}"

@@ -373,16 +373,39 @@ class QueueMessageManager(models.Manager["QueueMessage"]):
     # ----------------------------------------------------------------- garbage collection
 
     def collectable_offsets(
-        self, topic: str, partition: str, up_to_position: int, limit: int, using: str
-    ) -> list[int]:
+        self, topic: str, partition: str, after_position: int, up_to_position: int, limit: int,
+        groups: Sequence[str], using: str,
+    ) -> list[tuple[int, int]]:
+        """(offset, position) of up to ``limit`` messages of the partition positioned in
+        (after, up_to], lowest first, that none of ``groups`` has parked and not yet acked
+        (a waiting message the watermark passed: see models.waiting)."""
         connection = connections[using]
         q = sqlb.quoter(connection)
+        waiting, waiting_params = _still_waiting_sql(connection, "m", groups)
+        return [(int(r[0]), int(r[1])) for r in sqlb.fetch_all(
+            connection,
+            f"SELECT m.{q('offset')}, m.{q('position')} FROM {q('queue_messages')} m "  # noqa: S608 - names quoted, values bound
+            f"WHERE m.{q('topic')} = %s AND m.{q('partition_key')} = %s "
+            f"AND m.{q('position')} > %s AND m.{q('position')} <= %s{waiting} "
+            f"ORDER BY m.{q('position')} LIMIT %s",
+            [topic, partition, after_position, up_to_position, *waiting_params, limit],
+        )]
+
+    def collectable_among(self, topic: str, offsets: Sequence[int], up_to_position: int,
+                          groups: Sequence[str], using: str) -> list[int]:
+        """Which of ``offsets`` (messages of one partition that were parked) are positioned
+        at or below ``up_to_position`` and no longer waiting for any of ``groups``."""
+        if not offsets:
+            return []
+        connection = connections[using]
+        q = sqlb.quoter(connection)
+        waiting, waiting_params = _still_waiting_sql(connection, "m", groups)
         return [int(r[0]) for r in sqlb.fetch_all(
             connection,
-            f"SELECT {q('offset')} FROM {q('queue_messages')} WHERE {q('topic')} = %s "  # noqa: S608 - names quoted, values bound
-            f"AND {q('partition_key')} = %s AND {q('position')} <= %s "
-            f"ORDER BY {q('position')} LIMIT %s",
-            [topic, partition, up_to_position, limit],
+            f"SELECT m.{q('offset')} FROM {q('queue_messages')} m "  # noqa: S608 - names quoted, values bound
+            f"WHERE m.{q('offset')} IN ({sqlb.placeholders(len(offsets))}) AND m.{q('topic')} = %s "
+            f"AND m.{q('position')} <= %s{waiting}",
+            [*offsets, topic, up_to_position, *waiting_params],
         )]
 
     def delete_offsets(self, offsets: Sequence[int], using: str) -> int:
@@ -441,6 +464,23 @@ class QueueMessageManager(models.Manager["QueueMessage"]):
             return self._read_back(connection, rows)
         finally:
             connection.close()
+
+
+def _still_waiting_sql(connection: Any, alias: str, groups: Sequence[str]) -> tuple[str, list[Any]]:
+    """`` AND NOT EXISTS (...)``: the message (``alias``) is not parked and unacked by any of
+    ``groups``; one primary-key probe per group."""
+    if not groups:
+        return "", []
+    q = sqlb.quoter(connection)
+    return (
+        f" AND NOT EXISTS (SELECT 1 FROM {q('queue_delivery_state')} d "  # noqa: S608 - names quoted, values bound
+        f"WHERE d.{q('consumer_group')} IN ({sqlb.placeholders(len(groups))}) "
+        f"AND d.{q('topic')} = {alias}.{q('topic')} "
+        f"AND d.{q('partition_key')} = {alias}.{q('partition_key')} "
+        f"AND d.{q('message_offset')} = {alias}.{q('offset')} AND d.{q('parked')} > 0 "
+        f"AND d.{q('acked')} = {vendor.false_sql(connection)})",
+        list(groups),
+    )
 
 
 def _refuse_dropped_rows(connection: Any, cursor: Any) -> None:

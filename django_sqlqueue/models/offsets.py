@@ -110,7 +110,8 @@ class ConsumerOffsetManager(PartitionRowsManager):
         return result
 
     def lag_figures(self, sample: int, using: str, *, topic: str | None = None,
-                    group: str | None = None) -> dict[tuple[str, str], LagFigures]:
+                    group: str | None = None, now_ms: int | None = None
+                    ) -> dict[tuple[str, str], LagFigures]:
         """Per registered (topic, group), optionally only ``topic``/``group``: its
         partitions, the messages above its watermarks and when the oldest of them became
         due, in one query however many groups and topics there are (MariaDB/MySQL: two,
@@ -120,7 +121,11 @@ class ConsumerOffsetManager(PartitionRowsManager):
         more is estimated as its first ``sample`` spread over the span up to its newest
         position (positions are shared by every topic and partition, so the span alone
         would overcount). Each figure is a short read of the queue_msg_position index from
-        the watermark on, so the cost does not grow with the backlog or the log's age."""
+        the watermark on, so the cost does not grow with the backlog or the log's age.
+
+        Messages the group has parked below its watermarks (delayed, or backing off before
+        a retry) count as lag too, up to ``sample`` per partition, and with ``now_ms`` the
+        earliest due time of a parked message due by then counts for ``oldest_due``."""
         connection = connections[using]
         where: dict[str, str] = {}
         if topic is not None:
@@ -144,6 +149,13 @@ class ConsumerOffsetManager(PartitionRowsManager):
             if due is not None:
                 oldest = int(due) if oldest is None else min(oldest, int(due))
             figures[(t, g)] = LagFigures(seen.partitions + 1, seen.lag + lag, estimated, oldest)
+        for t, g, parked, due in _parked_figures(connection, where, sample, now_ms):
+            seen = figures.get((t, g), LagFigures(0, 0, False, None))
+            oldest = seen.oldest_due
+            if due is not None:
+                oldest = due if oldest is None else min(oldest, due)
+            figures[(t, g)] = seen._replace(lag=seen.lag + parked, oldest_due=oldest,
+                                            estimated=seen.estimated or parked >= sample)
         return figures
 
     def _lag_rows_correlated(self, connection: BaseDatabaseWrapper, sample: int,
@@ -202,7 +214,8 @@ class ConsumerOffsetManager(PartitionRowsManager):
 
     def unconsumed_counts(self, topic: str, groups: Sequence[str], using: str) -> dict[str, int]:
         """Per group, how many of the topic's sequenced messages lie above the group's
-        watermark of their partition (0 where it has no watermark yet)."""
+        watermark of their partition (0 where it has no watermark yet), or wait parked
+        below it (delayed, or backing off before a retry)."""
         connection = connections[using]
         q = sqlb.quoter(connection)
         sql = (
@@ -212,8 +225,48 @@ class ConsumerOffsetManager(PartitionRowsManager):
             f"WHERE m.{q('topic')} = %s AND m.{q('position')} IS NOT NULL "
             f"AND m.{q('position')} > COALESCE(o.{q('offset_acked')}, 0)"
         )
+        parked = (
+            f"SELECT COUNT(*) FROM {q('queue_delivery_state')} WHERE {q('consumer_group')} = %s "  # noqa: S608 - names quoted, values bound
+            f"AND {q('topic')} = %s AND {q('parked')} > 0 "
+            f"AND {q('acked')} = {vendor.false_sql(connection)}"
+        )
         return {group: int(sqlb.fetch_all(connection, sql, [group, topic])[0][0])
+                + int(sqlb.fetch_all(connection, parked, [group, topic])[0][0])
                 for group in groups}
+
+
+def _parked_figures(connection: Any, where: dict[str, str], cap: int, now_ms: int | None
+                    ) -> list[tuple[str, str, int, int | None]]:
+    """Per (topic, group, partition) of the watermark rows ``where`` selects: the group's
+    unacked parked messages counted up to ``cap``, and with ``now_ms`` the earliest due
+    time (at most ``now_ms``) of those waiting for nothing but a worker. Ranges of the
+    parked-row index, one query per 200 partitions."""
+    q = sqlb.quoter(connection)
+    false = vendor.false_sql(connection)
+    conditions = " AND ".join(f"{q(column)} = %s" for column in where)
+    marks = sqlb.fetch_all(
+        connection,
+        f"SELECT {q('topic')}, {q('consumer_group')}, {q('partition_key')} "  # noqa: S608 - names quoted, values bound
+        f"FROM {q('queue_offsets')}{' WHERE ' + conditions if conditions else ''}",
+        list(where.values()))
+    mine = (f"FROM {q('queue_delivery_state')} WHERE {q('consumer_group')} = %s "
+            f"AND {q('topic')} = %s AND {q('partition_key')} = %s AND {q('acked')} = {false}")
+    due = (f"(SELECT MIN({q('invisible_until')}) {mine} AND {q('parked')} = 1 "
+           f"AND {q('invisible_until')} <= %s)" if now_ms is not None else "NULL")
+    branch = (f"SELECT %s AS t, %s AS g, (SELECT COUNT(*) FROM (SELECT 1 AS one {mine} "  # noqa: S608 - names quoted, values bound
+              f"AND {q('parked')} IN (1, 2) LIMIT %s) AS capped) AS n, {due} AS due")
+    figures: list[tuple[str, str, int, int | None]] = []
+    for batch in sqlb.chunks(marks):
+        params: list[object] = []
+        for topic, group, partition in batch:
+            params += [topic, group, group, topic, partition, cap]
+            if now_ms is not None:
+                params += [group, topic, partition, now_ms]
+        for topic, group, n, first_due in sqlb.fetch_all(
+                connection, sqlb.union_all([branch] * len(batch)), params):
+            if int(n) or first_due is not None:
+                figures.append((topic, group, int(n), None if first_due is None else int(first_due)))
+    return figures
 
 
 class ConsumerOffset(models.Model):

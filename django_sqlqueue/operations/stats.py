@@ -83,7 +83,8 @@ def _overview(topic: str | None, group: str | None, using: str,
     now_ms = database_now_ms(using)
     # One query per kind of figure, whatever the number of rows (up to a hundred
     # topic x group rows per query for the delivery windows, 200 topics for dead letters).
-    marks = ConsumerOffset.objects.lag_figures(LAG_SAMPLE, using, topic=topic, group=group)
+    marks = ConsumerOffset.objects.lag_figures(LAG_SAMPLE, using, topic=topic, group=group,
+                                                 now_ms=now_ms)
     topics = sorted({t for t, _ in marks})
     if not topics:
         return []

@@ -24,7 +24,7 @@ from django.db import connections, transaction
 
 from ..conf import get_settings
 from ..db.errors import is_disconnect, is_transient
-from ..models import ArchiveMark, ConsumerOffset, QueueMessage, SubscriberHeartbeat, Throughput
+from ..models import ArchiveMark, ConsumerOffset, QueueMessage, SubscriberHeartbeat, Throughput, waiting
 
 logger = logging.getLogger("django_sqlqueue.worker")
 
@@ -42,15 +42,17 @@ def collect_garbage(
     retired: set[tuple[str, str]] | None = None,
 ) -> int:
     """Delete, per partition, the messages at or below the lowest watermark of the groups
-    that consume the topic; return how many.
+    that consume the topic, except those a group has parked and not yet acked (waiting
+    messages the watermark passed); return how many.
 
     A partition that some counted group has no watermark for yet is not collected, so a
     group that is merely behind never loses messages. Dead-letter copies live in their own
     topic and are kept until that topic's own consumers pass them. ``retention`` (seconds)
     leaves out registered groups with neither a heartbeat nor an ack for that long
     (``known_groups``, the caller's own, always count); ``retired`` collects the ones left
-    out, to log each once. ``collected`` remembers each partition's horizon from earlier
-    calls, so partitions whose horizon has not moved cost nothing. ``budget`` (seconds)
+    out, to log each once. ``collected`` remembers how far each partition was scanned by
+    earlier calls, so partitions whose horizon has not moved cost nothing and parked
+    messages are passed over once, not on every run. ``budget`` (seconds)
     stops the run early; the rest waits for the next one. With
     ``SQLQUEUE["ARCHIVE_BEFORE_GC"]`` nothing above a partition's archive mark is deleted.
     """
@@ -84,27 +86,55 @@ def collect_garbage(
             archived = ArchiveMark.objects.archived(topic, using)
             horizons = {partition: min(horizon, archived[partition])
                         for partition, horizon in horizons.items() if archived.get(partition, 0) > 0}
+        counted = sorted(groups)
         for partition, horizon in horizons.items():
-            if collected.get((topic, partition), 0) >= horizon:
+            # Everything up to ``floor`` is collected but waiting messages (parked rows),
+            # which the pass over settled parked rows below takes once they are acked.
+            floor = collected.get((topic, partition), 0)
+            if floor >= horizon:
                 continue
             done = True
             while True:
                 if deadline is not None and time.monotonic() > deadline:
                     done = False
                     break
-                offsets = QueueMessage.objects.collectable_offsets(topic, partition, horizon,
-                                                                   GC_BATCH, using)
-                if not offsets:
+                found = QueueMessage.objects.collectable_offsets(
+                    topic, partition, floor, horizon, GC_BATCH, counted, using)
+                if found:
+                    with transaction.atomic(using=using):
+                        deleted += QueueMessage.objects.delete_offsets([o for o, _ in found], using)
+                    floor = found[-1][1]
+                if len(found) < GC_BATCH:
+                    floor = horizon
                     break
-                with transaction.atomic(using=using):
-                    deleted += QueueMessage.objects.delete_offsets(offsets, using)
-                if len(offsets) < GC_BATCH:
-                    break
+            collected[(topic, partition)] = floor
             if not done:
                 break
-            collected[(topic, partition)] = horizon
+        if deadline is None or time.monotonic() <= deadline:
+            deleted += _collect_settled(topic, counted, horizons, using)
     if deleted:
         logger.info("gc deleted=%s topics=%s", deleted, ",".join(topics))
+    return deleted
+
+
+def _collect_settled(topic: str, groups: list[str], horizons: dict[str, int], using: str) -> int:
+    """Delete the messages that waited parked below the horizon and are now acked by
+    every group that parked them, and drop the acked parked rows whose message is gone."""
+    refs = waiting.settled(topic, groups, list(horizons), GC_BATCH, using)
+    by_partition: dict[str, list[int]] = {}
+    for partition, offset in refs:
+        by_partition.setdefault(partition, []).append(offset)
+    deleted = 0
+    for partition, offsets in by_partition.items():
+        gone = QueueMessage.objects.collectable_among(topic, offsets, horizons[partition], groups,
+                                                      using)
+        if gone:
+            with transaction.atomic(using=using):
+                deleted += QueueMessage.objects.delete_offsets(gone, using)
+    if refs:
+        present = set(QueueMessage.objects.using(using).filter(offset__in=[r.offset for r in refs])
+                      .values_list("offset", flat=True))
+        waiting.forget_settled(topic, groups, [r for r in refs if r.offset not in present], using)
     return deleted
 
 

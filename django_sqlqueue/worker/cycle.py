@@ -14,6 +14,7 @@ the database committed.
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 from collections import defaultdict
@@ -35,6 +36,7 @@ from . import hooks
 from .outcomes import Outcome
 from .partitions import Entry, Ident, Partition
 from .priority import deliver_by_priority
+from .waiting import note_parked_keys, settle_parked, unpark_due
 
 logger = logging.getLogger("django_sqlqueue.worker")
 
@@ -42,6 +44,9 @@ Subscriber = tuple[str, str]  # (consumer group, topic)
 # Cycles in which recording one outcome may fail before it is dropped (and its message
 # redelivered once its visibility runs out).
 OUTCOME_ATTEMPTS = 3
+# Messages one cycle reads from the log at most when what it reads waits (and is parked)
+# instead of going out: bounds the cycle, however many waiting messages lie ahead.
+READ_BUDGET = 1000
 
 
 @dataclass
@@ -131,8 +136,10 @@ class PollCycle:
             self._load([p for p in held if not p.loaded])
             now_ms = self.clock()
             self._record(partitions, outcomes, lost, now_ms, result)
+            settle_parked(held, now_ms, self.using)  # a settled key's next message goes now
             self._extend(held, now_ms)
             self._deliver(held, capacity, now_ms, result)
+            settle_parked(held, now_ms, self.using)
             self._advance(held)
             self._count(result, now_ms)
         return result
@@ -165,14 +172,16 @@ class PollCycle:
             progress = ConsumerOffset.objects.progress(group, topic, numbers, self.using)
             for partition in members:
                 mark = progress.get(partition.number, Progress(0, 0))
-                partition.reset(mark.acked, mark.fetched)
+                partition.reset(mark.acked, mark.fetched,
+                                functools.partial(self.is_running, partition.ident))
             rows = DeliveryState.objects.unacked_window(
                 group, topic, {p.number: (p.watermark, p.cursor) for p in members}, self.using,
             )
             by_number = {p.number: p for p in members}
+            now_ms = self.clock()
             for row in rows:
                 partition = by_number[row.partition]
-                entry = partition.admit(row, 0, may_deliver=False).entry
+                entry = partition.admit(row, now_ms, may_deliver=False).entry
                 if entry is not None and self.is_running(partition.ident, entry.offset):
                     partition.running(entry)
             for partition in members:
@@ -266,6 +275,7 @@ class PollCycle:
         if not wanting or free <= 0:
             return  # a handler finishing wakes the worker, and frees capacity
         share = {p.ident: max(1, free // len(wanting)) for p in wanting}
+        unpark_due(wanting, share, now_ms, self.using)
         writes = _Writes()
         prioritised = [p for p in wanting if p.subscription.priority_of is not None]
         for members in _by_subscription(prioritised).values():
@@ -287,13 +297,24 @@ class PollCycle:
         self._redeliver(ready, writes, result)
         reads = {p.ident: p for p in wanting
                  if share[p.ident] > 0 and p.unread() and p.window_space() > 0}
-        for (group, topic), members in _by_subscription(reads.values()).items():
-            limits = {p.number: min(share[p.ident], p.window_space()) for p in members}
-            rows = DeliveryState.objects.read_new(
-                group, topic, {p.number: (p.cursor, limits[p.number]) for p in members},
-                self.using,
-            )
-            self._admit(members, rows, limits, share, writes, result)
+        budget = READ_BUDGET
+        while reads and budget > 0:
+            kept = {ident: _kept(p) for ident, p in reads.items()}
+            for (group, topic), members in _by_subscription(reads.values()).items():
+                limits = {p.number: min(share[p.ident], p.window_space()) for p in members}
+                rows = DeliveryState.objects.read_new(
+                    group, topic, {p.number: (p.cursor, limits[p.number]) for p in members},
+                    self.using,
+                )
+                budget -= len(rows)
+                self._admit(members, rows, limits, share, writes, result)
+            # Messages read and parked (they wait) used none of the share: read on past
+            # them, within the cycle's read budget, while nothing read stays waiting here.
+            reads = {ident: p for ident, p in reads.items()
+                     if share[ident] > 0 and p.unread() and p.window_space() > 0
+                     and _kept(p) == kept[ident]}
+        for partition in reads.values():
+            result.report(partition).more = True  # the budget ran out: poll again at once
         self._write_deliveries(writes, result)
         hooks.call(result.reports.values(), lambda report: [d.message for d in report.deliveries],
                    lambda hooks_, messages: hooks_.handed_out(messages, self.using))
@@ -342,6 +363,7 @@ class PollCycle:
         by_number = {p.number: p for p in members}
         counts: dict[str, int] = defaultdict(int)
         now_ms = self.clock()
+        note_parked_keys(members, rows, self.using)
         for row in rows:
             partition = by_number[row.partition]
             counts[row.partition] += 1
@@ -447,6 +469,11 @@ def _dead_letter_source(message: Message) -> DeadLetterSource:
         json.dumps(message.headers, separators=(",", ":")),
         round(message.published_at.timestamp() * 1000),
     )
+
+
+def _kept(partition: Partition) -> int:
+    """Entries of the window that are not in flight."""
+    return len(partition.entries) - partition.in_flight_count()
 
 
 def _spend(share: dict[Ident, int], partition: Partition) -> None:

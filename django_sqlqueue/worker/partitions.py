@@ -6,6 +6,12 @@ into the window). The owner keeps each unacked message of the window in memory a
 :class:`Entry`; everything else in the window is acked. So the watermark is simply the
 position below the lowest entry, and nothing acked is ever read again.
 
+Waiting messages need not stay: a message that waits longer than PARK_AFTER_MS (delayed,
+or a retry backing off), or waits while the window is crowded, is *parked* in the
+database (see :mod:`django_sqlqueue.models.waiting`) and read back when it comes due. The
+watermark does not wait for parked messages, so it is the position below the lowest entry
+that was never parked.
+
 Keys give the order: in strict mode (``batch_size=1``) a key's messages are handled one
 at a time in log order, and a key waits only for its own head, never for other keys of
 the partition. In concurrent mode messages are handed out in log order and may run at
@@ -22,7 +28,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Literal
 
+from ..conf import get_settings
 from ..models.delivery import NEVER_DELIVERED, DeliveryRow, MessageRef, ReadRow
+from ..models.waiting import PARKED_BEHIND, PARKED_DUE, KeyHead, Park
 from ..replays import replay_target
 from ..rows import decode_json
 
@@ -31,11 +39,16 @@ if TYPE_CHECKING:
     from ..consuming.registry import Subscription
     from ..models.messages import MessageRow
 
-# Unacked messages a partition keeps in its window (in flight, retrying, delayed, or
-# waiting behind their key). When it is full the partition reads no further until some
-# are consumed: memory stays bounded whatever a stuck key or a mass of delayed messages
-# does. Other partitions are not affected.
+# Unacked messages a partition keeps in its window by default (SQLQUEUE["MAX_WINDOW"]): in
+# flight, due, or waiting briefly. Waiting messages beyond half of it are parked, so a
+# mass of delayed messages or a stuck key never fills it; when it is full (in-flight
+# messages and due ones read ahead) the partition reads no further until some are
+# consumed. Other partitions are not affected.
 MAX_WINDOW = 10_000
+# A message that will not be due for longer than this is parked instead of kept in memory.
+PARK_AFTER_MS = 1_000
+# parked_next when the partition has no parked message due ever (epoch ms).
+NEVER_MS = 2**62
 
 State = Literal["in_flight", "waiting", "blocked"]
 
@@ -52,6 +65,7 @@ class Entry:
     due_ms: int  # waiting: deliverable from; in flight: invisible until (epoch ms, DB clock)
     last_error: str = ""
     priority: int = 0  # a task's priority; 0 for messages of @subscriber handlers
+    parked: bool = False  # read back from a parked row: the watermark does not wait for it
 
 
 @dataclass
@@ -94,6 +108,19 @@ class Partition:
     # offset), moved here from _timers as they come due. Stale items (delivered, settled
     # or rescheduled since) are skipped when they reach the top.
     _ready: list[tuple[int, int, int]] = field(default_factory=list)
+    # Parked messages (see models.waiting): when the earliest due one comes due (None:
+    # unknown, look); entries read back from parked rows; what this cycle parks.
+    parked_next: int | None = None
+    _unparked: set[int] = field(default_factory=set)
+    _parking: list[Park] = field(default_factory=list)
+    _retried: list[Entry] = field(default_factory=list)
+    # Strict mode: keys known to have parked messages while they also have entries here
+    # (their new messages are parked behind them), keys whose entries here are all done
+    # and whose next parked message must be looked for, and whether this partition may
+    # have keyed parked messages at all (None: not known since the window was rebuilt).
+    _parked_keys: set[str] = field(default_factory=set)
+    _key_checks: list[str] = field(default_factory=list)
+    parked_keys_possible: bool | None = None
     # Stop fetching, release once in-flight work is done (rebalancing or shutdown).
     draining: bool = False
     # Watermark or cursor moved since they were saved.
@@ -151,7 +178,7 @@ class Partition:
         return self.head is None or self.head > self.cursor
 
     def window_space(self) -> int:
-        return 0 if self.draining else MAX_WINDOW - len(self.entries)
+        return 0 if self.draining else max_window() - len(self.entries)
 
     def next_due(self) -> int | None:
         """When the earliest waiting (or expiring in-flight) entry becomes deliverable."""
@@ -171,12 +198,19 @@ class Partition:
             return True
         due = self.next_due()
         return ((due is not None and due <= now_ms) or self.best_ready(now_ms) is not None
-                or (self.unread() and self.window_space() > 0))
+                or (self.unread() and self.window_space() > 0) or self.parked_due(now_ms))
 
     # ----------------------------------------------------------------- transitions
 
-    def reset(self, watermark: int, cursor: int) -> None:
-        """Forget the window, before it is rebuilt from the database."""
+    def reset(self, watermark: int, cursor: int,
+              running: Callable[[int], bool] | None = None) -> None:
+        """Forget the window, before it is rebuilt from the database. Entries read back
+        from parked rows whose handler is ``running`` are kept: the rebuild, which reads
+        the window's rows only, would not find them."""
+        keep = [self.entries[offset] for offset in self._unparked
+                if running is not None and self.entries[offset].state == "in_flight"
+                and running(offset)]
+        self._forget_parked()
         self.watermark, self.cursor = watermark, max(watermark, cursor)
         self.entries.clear()
         self._order.clear()
@@ -188,6 +222,12 @@ class Partition:
         self.head = None
         self.loaded = False
         self.progress_saved = True
+        for entry in keep:
+            self.entries[entry.offset] = entry
+            self._unparked.add(entry.offset)
+            self._run(entry)
+            if self.strict and entry.key:
+                self.key_queues[entry.key] = deque([entry.offset])
 
     def rebuilt(self) -> None:
         """The window now holds what the database had: the progress read is the saved one."""
@@ -223,6 +263,17 @@ class Partition:
             message.deliver_at if delivery is None else delivery.invisible_until,
             "" if delivery is None else delivery.last_error, self._priority_of(message),
         )
+        behind = False
+        if self.strict and entry.key:
+            if entry.key in self._parked_keys:
+                return self._park_new(entry, PARKED_BEHIND)  # its key's head is parked
+            behind = entry.key in self.key_queues
+        if entry.attempts == 0 and self._waits_long(entry, now_ms, behind):
+            return self._park_new(entry, PARKED_BEHIND if behind else PARKED_DUE)
+        if entry.attempts > 0:
+            # Delivered before (a rebuilt window): it may be running here, which only the
+            # caller knows; park_retries() parks it if it just waits out a backoff.
+            self._retried.append(entry)
         self.entries[entry.offset] = entry
         self._order.append(entry.offset)
         needs_row = delivery is None
@@ -309,12 +360,14 @@ class Partition:
         entry.due_ms = due_ms
         entry.last_error = error
         self._schedule(entry)
+        self._retried.append(entry)  # parked by park_retries() if it waits long
 
     def settled(self, entry: Entry) -> None:
         """The group is done with ``entry`` (acked or dead-lettered): drop it, and let the
         next message of its key go (strict mode)."""
         self.entries.pop(entry.offset, None)
         self._in_flight.discard(entry.offset)
+        self._unparked.discard(entry.offset)
         self._moved = True
         queue = self.key_queues.get(entry.key) if entry.key else None
         if queue is None:
@@ -326,6 +379,8 @@ class Partition:
                 queue.remove(entry.offset)
         if not queue:
             del self.key_queues[entry.key]
+            if self.parked_keys_possible is not False:
+                self._key_checks.append(entry.key)  # its next message may be parked
             return
         successor = self.entries[queue[0]]
         if successor.state == "blocked":
@@ -354,12 +409,12 @@ class Partition:
 
     def _lowest_position(self) -> int | None:
         order = self._order
-        while order and order[0] not in self.entries:
+        while order and (order[0] not in self.entries or self.entries[order[0]].parked):
             order.popleft()
         if len(order) > 2 * len(self.entries) + 64:
             # Many settled behind an unsettled head: rebuild from the window (whose dict
             # keeps admission order), so the queue stays as small as the window.
-            self._order = order = deque(self.entries)
+            self._order = order = deque(o for o, e in self.entries.items() if not e.parked)
         return self.entries[order[0]].position if order else None
 
     def _run(self, entry: Entry) -> None:
@@ -369,6 +424,137 @@ class Partition:
 
     def _schedule(self, entry: Entry) -> None:
         heapq.heappush(self._timers, (entry.due_ms, entry.offset))
+
+    # ----------------------------------------------------------------- waiting messages
+
+    def parked_due(self, now_ms: int) -> bool:
+        """A parked message may be due: look for it in the database."""
+        return self.parked_next is None or self.parked_next <= now_ms
+
+    def unparked_count(self) -> int:
+        return len(self._unparked)
+
+    def unpark(self, row: ReadRow) -> Entry | None:
+        """Take a parked message that came due back into the window (it stays parked in
+        the database until it is acked, so the watermark never waits for it)."""
+        message, delivery = row.message, row.delivery
+        if message.offset in self.entries or delivery is None:
+            return None  # already here (in flight, or a retry waiting briefly)
+        entry = Entry(message.offset, message.position or 0, message.key, _attempts(delivery),
+                      "waiting", delivery.invisible_until, delivery.last_error,
+                      self._priority_of(message), parked=True)
+        self.entries[entry.offset] = entry
+        self._unparked.add(entry.offset)
+        self._moved = True
+        if self.strict and entry.key:
+            # Its later messages are parked behind it, and new ones join them.
+            self._parked_keys.add(entry.key)
+            self.parked_keys_possible = True
+            queue = self.key_queues.setdefault(entry.key, deque())
+            # Normally empty: a key's parked messages follow the ones kept here.
+            index = sum(1 for o in queue if self.entries[o].position < entry.position)
+            queue.insert(index, entry.offset)
+            if index > 0:
+                entry.state = "blocked"
+                return entry
+            if len(queue) > 1 and self.entries[queue[1]].state == "waiting":
+                self.entries[queue[1]].state = "blocked"
+        self._schedule(entry)
+        return entry
+
+    def looked_for_parked(self, next_due: int | None) -> None:
+        """The database was asked for due parked messages: ``next_due`` is when the next
+        one not taken comes due (None: there is none)."""
+        self.parked_next = NEVER_MS if next_due is None else next_due
+
+    def park_retries(self, now_ms: int) -> None:
+        """Park the retries recorded since the last call that back off for long."""
+        retried, self._retried = self._retried, []
+        for entry in retried:
+            if (self.entries.get(entry.offset) is entry and entry.state == "waiting"
+                    and entry.due_ms > now_ms + PARK_AFTER_MS):
+                self._park_entries(entry)
+
+    def take_parking(self) -> list[Park]:
+        """The rows to park that this cycle decided on (the caller writes them)."""
+        parking, self._parking = self._parking, []
+        # Keys with no entries here any more: the database says whether they have parked
+        # messages (so this set stays as small as the window).
+        self._parked_keys.intersection_update(self.key_queues)
+        return parking
+
+    def take_key_checks(self) -> list[str]:
+        """Keys whose entries here are all done and whose next parked message (if any)
+        may go now."""
+        checks, self._key_checks = self._key_checks, []
+        return [key for key in dict.fromkeys(checks) if key not in self.key_queues]
+
+    def keys_have_parked(self, keys: set[str]) -> None:
+        """``keys`` have parked messages: their new messages are parked behind them."""
+        self._parked_keys.update(keys)
+        if keys:
+            self.parked_keys_possible = True
+
+    def key_head_found(self, key: str, head: KeyHead | None) -> None:
+        """The first parked message of ``key`` (None: it has none), now PARKED_DUE."""
+        if head is None:
+            self._parked_keys.discard(key)
+        elif self.parked_next is not None:
+            self.parked_next = min(self.parked_next, head.until)
+
+    def _waits_long(self, entry: Entry, now_ms: int, behind: bool) -> bool:
+        """Whether a message just read should be parked rather than kept here: it will
+        not be due for long, or it waits (for its time or its key) in a crowded window."""
+        if entry.due_ms > now_ms + PARK_AFTER_MS:
+            return True
+        if not behind and entry.due_ms <= now_ms:
+            return False  # deliverable now
+        return len(self.entries) >= max_window() // 2
+
+    def _park_new(self, entry: Entry, state: int) -> Admitted:
+        self._park(entry, state)
+        return Admitted(None)
+
+    def _park_entries(self, entry: Entry) -> None:
+        """Park ``entry`` and, in strict mode, every other entry of its key (all later:
+        a key's messages kept here come before its parked ones)."""
+        offsets = [entry.offset]
+        if self.strict and entry.key:
+            queue = self.key_queues.get(entry.key)
+            if queue:
+                if any(self.entries[o].state == "in_flight" for o in queue if o != entry.offset):
+                    return  # one of them runs: its outcome needs its entry
+                offsets = list(queue)
+                del self.key_queues[entry.key]
+        for index, offset in enumerate(offsets):
+            parked = self.entries.pop(offset)
+            self._in_flight.discard(offset)
+            self._unparked.discard(offset)
+            self._park(parked, PARKED_DUE if index == 0 else PARKED_BEHIND)
+        self._moved = True
+
+    def _park(self, entry: Entry, state: int) -> None:
+        self._parking.append(Park(self.number, entry.offset, entry.key, entry.position,
+                                  entry.due_ms, state))
+        if self.strict and entry.key:
+            self._parked_keys.add(entry.key)
+            self.parked_keys_possible = True
+        if state == PARKED_DUE and self.parked_next is not None:
+            self.parked_next = min(self.parked_next, entry.due_ms)
+
+    def _forget_parked(self) -> None:
+        self.parked_next = None
+        self._unparked.clear()
+        self._parking.clear()
+        self._retried.clear()
+        self._parked_keys.clear()
+        self._key_checks.clear()
+        self.parked_keys_possible = None
+
+
+def max_window() -> int:
+    """Unacked messages a partition keeps in memory (SQLQUEUE["MAX_WINDOW"])."""
+    return get_settings().max_window
 
 
 def _attempts(delivery: DeliveryRow | None) -> int:

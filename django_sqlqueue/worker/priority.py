@@ -5,7 +5,8 @@ messages get a delivery row, so a new owner finds them), keeps the due ones in a
 priority heap per partition, and each cycle hands out the best of all the partitions it
 holds for that subscription. So a task enqueued behind a backlog starts before the
 backlog, as far as this worker has read: up to READ_AHEAD messages per cycle, and at
-most the window (MAX_WINDOW unacked messages per partition). With several workers each
+most the window (SQLQUEUE["MAX_WINDOW"] unacked messages per partition; messages that
+are not due yet are parked instead, and come back when due). With several workers each
 orders its own partitions; priority does not reach across workers.
 """
 
@@ -20,6 +21,7 @@ from ..models import DeliveryState, QueueMessage
 from ..models.delivery import Hold
 from ..models.messages import MessageRow
 from .partitions import Entry, Partition
+from .waiting import note_parked_keys
 
 if TYPE_CHECKING:
     from .cycle import CycleResult, PollCycle, _Writes
@@ -67,6 +69,7 @@ def deliver_by_priority(cycle: PollCycle, members: list[Partition], limit: int, 
             group, topic, {p.number: (p.cursor, limits[p.number]) for p in reads}, cycle.using)
         by_number = {p.number: p for p in reads}
         counts = dict.fromkeys(limits, 0)
+        note_parked_keys(reads, rows, cycle.using)
         for row in rows:
             partition = by_number[row.partition]
             counts[row.partition] += 1
