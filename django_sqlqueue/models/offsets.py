@@ -137,7 +137,7 @@ class ConsumerOffsetManager(PartitionRowsManager):
         else:
             rows = self._lag_rows_by_partition(connection, sample, where, using)
         figures: dict[tuple[str, str], LagFigures] = {}
-        for t, g, last, counted, lowest, newest, due in rows:
+        for t, g, _, last, counted, lowest, newest, due in rows:
             seen = figures.get((t, g), LagFigures(0, 0, False, None))
             if last is None:
                 lag, estimated = int(counted), seen.estimated
@@ -149,7 +149,8 @@ class ConsumerOffsetManager(PartitionRowsManager):
             if due is not None:
                 oldest = int(due) if oldest is None else min(oldest, int(due))
             figures[(t, g)] = LagFigures(seen.partitions + 1, seen.lag + lag, estimated, oldest)
-        for t, g, parked, due in _parked_figures(connection, where, sample, now_ms):
+        marks = [(t, g, p) for t, g, p, *_ in rows]
+        for t, g, parked, due in _parked_figures(connection, marks, sample, now_ms):
             seen = figures.get((t, g), LagFigures(0, 0, False, None))
             oldest = seen.oldest_due
             if due is not None:
@@ -173,7 +174,7 @@ class ConsumerOffsetManager(PartitionRowsManager):
         conditions = " AND ".join(f"o.{q(column)} = %s" for column in where)
         return sqlb.fetch_all(
             connection,
-            f"SELECT o.{q('topic')}, o.{q('consumer_group')}, {nth}, "  # noqa: S608 - names quoted, values bound
+            f"SELECT o.{q('topic')}, o.{q('consumer_group')}, o.{q('partition_key')}, {nth}, "  # noqa: S608 - names quoted, values bound
             f"(SELECT COUNT(*) {above} AND m.{q('position')} <= COALESCE({nth}, %s)), "
             f"(SELECT MIN(m.{q('position')}) {above}), "
             f"(SELECT MAX(m.{q('position')}) FROM {q('queue_messages')} m "
@@ -198,7 +199,7 @@ class ConsumerOffsetManager(PartitionRowsManager):
         # The first ``sample`` positions above the watermark, read once: their count, the
         # first and the last (the sample-th when there are that many).
         branch = (
-            f"SELECT %s AS t, %s AS g, CASE WHEN s.n = %s THEN s.hi END AS nth, s.n, s.lo, "  # noqa: S608 - names quoted, values bound
+            f"SELECT %s AS t, %s AS g, %s AS p, CASE WHEN s.n = %s THEN s.hi END AS nth, s.n, s.lo, "  # noqa: S608 - names quoted, values bound
             f"(SELECT MAX({q('position')}) {partition}) AS newest, "
             f"(SELECT {q('deliver_at')} {above} {in_order} LIMIT 1) AS due "
             f"FROM (SELECT COUNT(*) AS n, MIN(p) AS lo, MAX(p) AS hi FROM "
@@ -208,7 +209,7 @@ class ConsumerOffsetManager(PartitionRowsManager):
         for batch in sqlb.chunks(marks, 2000):  # a statement well under max_allowed_packet
             params: list[object] = []
             for t, g, p, acked in batch:
-                params += [t, g, sample, t, p, t, p, acked, t, p, acked, sample]
+                params += [t, g, p, sample, t, p, t, p, acked, t, p, acked, sample]
             rows += sqlb.fetch_all(connection, sqlb.union_all([branch] * len(batch)), params)
         return rows
 
@@ -235,20 +236,14 @@ class ConsumerOffsetManager(PartitionRowsManager):
                 for group in groups}
 
 
-def _parked_figures(connection: Any, where: dict[str, str], cap: int, now_ms: int | None
-                    ) -> list[tuple[str, str, int, int | None]]:
-    """Per (topic, group, partition) of the watermark rows ``where`` selects: the group's
+def _parked_figures(connection: Any, marks: Sequence[tuple[str, str, str]], cap: int,
+                    now_ms: int | None) -> list[tuple[str, str, int, int | None]]:
+    """Per (topic, group, partition) of ``marks``: the group's
     unacked parked messages counted up to ``cap``, and with ``now_ms`` the earliest due
     time (at most ``now_ms``) of those waiting for nothing but a worker. Ranges of the
-    parked-row index, one query per 200 partitions."""
+    parked-row index, one query per 400 partitions (SQLite takes 500 terms)."""
     q = sqlb.quoter(connection)
     false = vendor.false_sql(connection)
-    conditions = " AND ".join(f"{q(column)} = %s" for column in where)
-    marks = sqlb.fetch_all(
-        connection,
-        f"SELECT {q('topic')}, {q('consumer_group')}, {q('partition_key')} "  # noqa: S608 - names quoted, values bound
-        f"FROM {q('queue_offsets')}{' WHERE ' + conditions if conditions else ''}",
-        list(where.values()))
     mine = (f"FROM {q('queue_delivery_state')} WHERE {q('consumer_group')} = %s "
             f"AND {q('topic')} = %s AND {q('partition_key')} = %s AND {q('acked')} = {false}")
     due = (f"(SELECT MIN({q('invisible_until')}) {mine} AND {q('parked')} = 1 "
@@ -256,7 +251,7 @@ def _parked_figures(connection: Any, where: dict[str, str], cap: int, now_ms: in
     branch = (f"SELECT %s AS t, %s AS g, (SELECT COUNT(*) FROM (SELECT 1 AS one {mine} "  # noqa: S608 - names quoted, values bound
               f"AND {q('parked')} IN (1, 2) LIMIT %s) AS capped) AS n, {due} AS due")
     figures: list[tuple[str, str, int, int | None]] = []
-    for batch in sqlb.chunks(marks):
+    for batch in sqlb.chunks(marks, 2 * sqlb.MAX_UNION_BRANCHES):
         params: list[object] = []
         for topic, group, partition in batch:
             params += [topic, group, group, topic, partition, cap]
