@@ -160,6 +160,10 @@ class DeliveryStateManager(models.Manager["DeliveryState"]):
         using: str,
     ) -> None:
         """Make messages invisible until ``invisible_until``; a redelivery bumps retry_count."""
+        # One row per message: PostgreSQL refuses an upsert that reaches one row twice
+        # ("ON CONFLICT DO UPDATE command cannot affect row a second time"), and MariaDB
+        # and SQLite would count the redelivery twice.
+        refs = list(dict.fromkeys(MessageRef(*ref) for ref in refs))
         if not refs:
             return
         connection = connections[using]
@@ -182,6 +186,7 @@ class DeliveryStateManager(models.Manager["DeliveryState"]):
     def hold(self, group: str, topic: str, holds: Sequence[Hold], using: str) -> None:
         """Record messages read but not delivered yet (delayed, or behind their key), so a
         worker that takes the partition over finds them without re-reading the log."""
+        holds = list({(hold.partition, hold.offset): hold for hold in holds}.values())
         if not holds:
             return
         connection = connections[using]

@@ -100,6 +100,8 @@ class _Writes:
     handed_out: dict[Subscriber, list[tuple[Partition, Entry]]] = field(
         default_factory=lambda: defaultdict(list))
     holds: dict[Subscriber, list[Hold]] = field(default_factory=lambda: defaultdict(list))
+    # (partition, offset) of every message handed out this cycle: each goes out once.
+    out: set[tuple[Ident, int]] = field(default_factory=set)
 
 
 class PollCycle:
@@ -368,6 +370,9 @@ class PollCycle:
                   result: CycleResult) -> None:
         """Deliver ``entry``; its visibility is set in _write_deliveries, from the clock read
         after every fetch of the cycle, so slow reads never eat into a handler's time."""
+        if (partition.ident, entry.offset) in writes.out:
+            return  # already going out in this cycle: one handler per delivery
+        writes.out.add((partition.ident, entry.offset))
         writes.handed_out[(partition.group, partition.topic)].append((partition, entry))
         result.report(partition).deliveries.append(Delivery(partition, partition.generation, message))
 
