@@ -136,18 +136,25 @@ class Leasing:
         self.nothing_claimable = not claimable_left
         return taken
 
-    def release_drained(self, pending: set[Ident],
-                        given_up: Callable[[Ident, int], bool]) -> None:
-        """Release draining partitions whose handlers are done and outcomes recorded, or
-        still running but given up on (past MAX_HANDLER_TIME): a hung handler must not
-        keep a partition that is being handed to another worker from everybody. Its
-        message is redelivered by the new owner once its visibility runs out."""
-        done = [
+    def release_drained(self, awaited: Callable[[Ident, int], bool],
+                        pending: Callable[[], set[Ident]]) -> None:
+        """Release draining partitions that wait for no handler and no outcome.
+
+        ``awaited(partition, offset)`` says whether an in-flight message's handler still
+        runs here and is not given up on (past MAX_HANDLER_TIME): a hung handler must not
+        keep a partition being handed to another worker from everybody, and an in-flight
+        message with no handler here at all (one skipped because the lease was in doubt,
+        or whose outcome could not be recorded) waits for nothing. The new owner
+        redelivers such messages once their visibility runs out. ``pending()`` is asked
+        after the handlers, so an outcome reported in between is never passed over.
+        """
+        drained = [
             p for p in self.partitions.values()
-            if p.draining and p.ident not in pending
-            and all(given_up(p.ident, entry.offset) for entry in p.in_flight())
+            if p.draining and not any(awaited(p.ident, entry.offset) for entry in p.in_flight())
         ]
-        self._release(done)
+        if drained:
+            waiting = pending()
+            self._release([p for p in drained if p.ident not in waiting])
 
     def release_all(self) -> None:
         self._release(list(self.partitions.values()))

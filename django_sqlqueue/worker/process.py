@@ -249,8 +249,7 @@ class Worker:
             self._apply(result)
             full = result.full
             delivered = len(result.deliveries)
-        pending_idents = {o.partition.ident for o in self._pending}
-        self.leasing.release_drained(pending_idents, self._given_up)
+        self.leasing.release_drained(self._awaited, self._pending_idents)
         if self.burst and not self.stopping.is_set() and self._burst_done(delivered, pending):
             logger.info("burst finished: nothing deliverable name=%s", self.name)
             self.stop()
@@ -331,8 +330,16 @@ class Worker:
     def _may_extend(self, ident: Ident, offset: int) -> bool:
         return self.dispatcher.may_extend(ident, offset, self.conf.max_handler_time)
 
-    def _given_up(self, ident: Ident, offset: int) -> bool:
-        return self.dispatcher.overdue(ident, offset, self.conf.max_handler_time)
+    def _awaited(self, ident: Ident, offset: int) -> bool:
+        """Whether a handler of this message runs (or waits for a thread) here and has
+        not been given up on."""
+        return (self.dispatcher.is_running(ident, offset)
+                and not self.dispatcher.overdue(ident, offset, self.conf.max_handler_time))
+
+    def _pending_idents(self) -> set[Ident]:
+        """Partitions with a handler outcome not recorded yet (reported ones included)."""
+        self._drain_outcomes()
+        return {o.partition.ident for o in self._pending}
 
     def _burst_done(self, delivered: int, pending: bool) -> bool:
         now_ms = self.clock.now_ms()
