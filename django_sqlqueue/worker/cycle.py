@@ -125,14 +125,19 @@ class PollCycle:
         result = CycleResult()
         self._unextended_left = idle_threads
         with transaction.atomic(using=self.using):
-            owned = PartitionLease.objects.fence(self.worker_name, self.token, list(partitions),
-                                                 self.using)
-            result.lost = [p for p in partitions.values() if owned.get(p.ident) != p.generation]
+            owned, seen = PartitionLease.objects.fence(self.worker_name, self.token,
+                                                       list(partitions), self.using)
+            # A partition whose lease row another transaction holds sits this cycle out:
+            # its outcomes wait, and the leasing finds out soon whether it is still ours.
+            result.lost = [p for p in partitions.values()
+                           if p.ident in seen and owned.get(p.ident) != p.generation]
             lost = {p.ident for p in result.lost}
-            held = [p for p in partitions.values() if p.ident not in lost]
+            held = [p for p in partitions.values()
+                    if p.ident in seen and p.ident not in lost]
+            sitting_out = {ident for ident in partitions if ident not in seen}
             self._load([p for p in held if not p.loaded])
             now_ms = self.clock()
-            self._record(partitions, outcomes, lost, now_ms, result)
+            self._record(partitions, outcomes, lost, sitting_out, now_ms, result)
             self._extend(held, now_ms)
             self._deliver(held, capacity, now_ms, result)
             self._advance(held)
@@ -181,10 +186,13 @@ class PollCycle:
                 partition.rebuilt()
 
     def _record(self, partitions: dict[Ident, Partition], outcomes: list[Outcome],
-                lost: set[Ident], now_ms: int, result: CycleResult) -> None:
+                lost: set[Ident], sitting_out: set[Ident], now_ms: int,
+                result: CycleResult) -> None:
         ledger = _Ledger(self, now_ms)
         for outcome in outcomes:
             partition = outcome.partition
+            if partition.ident in sitting_out and partitions.get(partition.ident) is partition:
+                continue  # recorded once its lease row can be fenced again
             if (partitions.get(partition.ident) is not partition or partition.ident in lost
                     or outcome.generation != partition.generation):
                 result.done.append(outcome)

@@ -46,6 +46,8 @@ class Leasing:
         self.nothing_claimable = False
         # Per subscription: (partitions, live workers) from the last rebalance, for logs.
         self.last_counts: dict[tuple[str, str], tuple[int, int]] = {}
+        # Partitions given up on (see give_up), and until when (time.monotonic()).
+        self._shunned: dict[Ident, float] = {}
 
     # ----------------------------------------------------------------- lifecycle
 
@@ -93,12 +95,12 @@ class Leasing:
         # Leases confirmed below are surely ours until this moment plus a lease: taken
         # before the renewal was sent, so a slow round trip only shortens it.
         renewing_at = time.monotonic()
-        PartitionLease.objects.renew(self.worker_name, self.token, now_ms, self.using)
+        renewed = PartitionLease.objects.renew(self.worker_name, self.token, now_ms, self.using)
         # A topic repartitioned by an operator gets lease rows for its new partitions.
         self._ensure_partitions(Topic.objects.partition_counts(list(self.counts), self.using))
         live = self._live_workers(now_ms)
         for subscription in self.subscriptions:
-            self._reconcile(subscription, renewing_at + self.lease_seconds)
+            self._reconcile(subscription, renewing_at + self.lease_seconds, renewed)
             self.shares[(subscription.group, subscription.topic)] = self._fair_share(
                 subscription, live
             )
@@ -156,6 +158,12 @@ class Leasing:
             waiting = pending()
             self._release([p for p in drained if p.ident not in waiting])
 
+    def give_up(self, partition: Partition) -> None:
+        """Release a partition this worker cannot make progress on, and leave it to the
+        other workers of its group for a lease before taking it again."""
+        self._release([partition])
+        self._shunned[partition.ident] = time.monotonic() + self.lease_seconds
+
     def release_all(self) -> None:
         self._release(list(self.partitions.values()))
 
@@ -207,11 +215,13 @@ class Leasing:
             return 0
         return math.ceil(total / max(active, 1))
 
-    def _reconcile(self, subscription: Subscription, valid_until: float) -> None:
+    def _reconcile(self, subscription: Subscription, valid_until: float,
+                   renewed: set[Ident]) -> None:
         """Make local state match the lease table: drop partitions taken from us, and adopt
         leases this process holds that it does not know (say, a take whose follow-up read
         failed), so that no lease is renewed forever without being consumed. An adopted
-        lease starts a new generation."""
+        lease starts a new generation. Only the ``renewed`` leases are surely ours until
+        ``valid_until``."""
         group, topic = subscription.group, subscription.topic
         owned = PartitionLease.objects.owned(group, topic, self.worker_name, self.token,
                                              self.using)
@@ -219,7 +229,7 @@ class Leasing:
             if partition.subscription is subscription:
                 if owned.get(partition.number) != partition.generation:
                     self.drop([partition])
-                else:
+                elif partition.ident in renewed:
                     partition.valid_until = valid_until
         unknown = [n for n in owned if (group, topic, n) not in self.partitions]
         if not unknown:
@@ -231,7 +241,8 @@ class Leasing:
         for number in unknown:
             if number in owned:
                 partition = Partition(subscription, number, owned[number],
-                                      valid_until=valid_until)
+                                      valid_until=valid_until if (group, topic, number) in renewed
+                                      else 0.0)
                 self.partitions[partition.ident] = partition
                 logger.warning("lease adopted group=%s topic=%s partition=%s generation=%s",
                                group, topic, number, partition.generation)
@@ -264,8 +275,11 @@ class Leasing:
             # Never re-take a partition this worker is still draining, nor one the topic
             # no longer has (see _ensure_partitions).
             count = self.counts.get(topic, 0)
+            now = time.monotonic()
+            self._shunned = {k: until for k, until in self._shunned.items() if until > now}
             numbers = [n for n in numbers
-                       if (group, topic, n) not in self.partitions and int(n) < count]
+                       if (group, topic, n) not in self.partitions and int(n) < count
+                       and (group, topic, n) not in self._shunned]
             if not numbers:
                 return []
             PartitionLease.objects.take(group, topic, numbers, self.worker_name, self.token,
