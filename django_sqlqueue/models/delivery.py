@@ -336,13 +336,18 @@ class DeliveryStateManager(models.Manager["DeliveryState"]):
             [now_ms, group, topic, *ref, now_ms],
         )
 
-    def delete_topic(self, topic: str, using: str) -> int:
-        """Delete every group's delivery rows of ``topic`` (its messages are gone), a group
-        at a time: each DELETE is then a primary-key range, not a scan of other topics'."""
-        groups = list(
-            self.using(using).filter(topic=topic).values_list("consumer_group", flat=True).distinct()
-        )
-        return sum(self.using(using).filter(consumer_group=group, topic=topic).delete()[0]
+    def groups_of(self, topic: str, using: str) -> list[str]:
+        """The groups with delivery rows of ``topic``."""
+        return sorted(set(self.using(using).filter(topic=topic)
+                          .values_list("consumer_group", flat=True).distinct()))
+
+    def delete_messages(self, groups: Sequence[str], topic: str, offsets: Sequence[int],
+                        using: str) -> int:
+        """Delete the groups' rows of these messages of ``topic`` (being deleted from the
+        log), a group at a time: each DELETE is then a primary-key range, not a scan of
+        other topics'."""
+        return sum(self.using(using).filter(consumer_group=group, topic=topic,
+                                            message_offset__in=offsets).delete()[0]
                    for group in groups)
 
 
