@@ -136,29 +136,46 @@ class PartitionLeaseManager(PartitionRowsManager):
         The token matters: a paused process and its replacement may share a name, and
         the replacement must not keep the paused one's leases alive. A row held by
         another transaction (an operator's ``repartition`` deleting it, say) is passed
-        over, so that one held row never stops the renewal of the others."""
+        over, so that one held row never stops the renewal of the others: the rows are
+        found with a plain read, then locked by primary key skipping held ones (InnoDB
+        waits for a row held elsewhere when it reaches it through another index), and
+        only those are updated."""
         connection = connections[using]
         q = sqlb.quoter(connection)
-        pk = ("consumer_group", "topic", "partition_key")
+        mine: dict[tuple[str, str], list[str]] = {}
+        for group, topic, key in sqlb.fetch_all(
+            connection,
+            f"SELECT {q('consumer_group')}, {q('topic')}, {q('partition_key')} "  # noqa: S608 - names quoted, values bound
+            f"FROM {q('queue_partition_leases')} WHERE {q('leased_by')} = %s "
+            f"AND {q('lease_token')} = %s",
+            [worker, token],
+        ):
+            mine.setdefault((group, topic), []).append(key)
+        renewed: set[tuple[str, str, str]] = set()
+        where = (f"WHERE {q('consumer_group')} = %s AND {q('topic')} = %s "
+                 f"AND {q('leased_by')} = %s AND {q('lease_token')} = %s "
+                 f"AND {q('partition_key')} IN ")
         with transaction.atomic(using=using):
-            rows = [tuple(row) for row in sqlb.fetch_all(
-                connection,
-                f"SELECT {', '.join(q(c) for c in pk)} "  # noqa: S608 - names quoted, values bound
-                f"FROM {sqlb.locked_table(connection, 'queue_partition_leases', 'queue_lease_owner')} "
-                f"WHERE {q('leased_by')} = %s AND {q('lease_token')} = %s"
-                + vendor.skip_locked_sql(connection),
-                [worker, token],
-            )]
-            for batch in sqlb.chunks(rows, 500):
-                sqlb.execute(
-                    connection,
-                    f"UPDATE {sqlb.locked_table(connection, 'queue_partition_leases', 'queue_lease_owner')} "  # noqa: S608 - names quoted, values bound
-                    f"SET {q('lease_renewed_at')} = %s WHERE {q('leased_by')} = %s "
-                    f"AND {q('lease_token')} = %s AND ({', '.join(q(c) for c in pk)}) IN "
-                    f"({sqlb.row_values(len(batch), 3)})",
-                    [now_ms, worker, token, *[v for row in batch for v in row]],
-                )
-        return {(str(g), str(t), str(p)) for g, t, p in rows}
+            for (group, topic), keys in mine.items():
+                for batch in sqlb.chunks(keys, 500):
+                    locked = [str(row[0]) for row in sqlb.fetch_all(
+                        connection,
+                        f"SELECT {q('partition_key')} "  # noqa: S608 - names quoted, values bound
+                        f"FROM {sqlb.locked_table(connection, 'queue_partition_leases')} {where}"
+                        f"({sqlb.placeholders(len(batch))})" + vendor.skip_locked_sql(connection),
+                        [group, topic, worker, token, *batch],
+                    )]
+                    if not locked:
+                        continue
+                    sqlb.execute(
+                        connection,
+                        f"UPDATE {sqlb.locked_table(connection, 'queue_partition_leases')} "  # noqa: S608 - names quoted, values bound
+                        f"SET {q('lease_renewed_at')} = %s {where}"
+                        f"({sqlb.placeholders(len(locked))})",
+                        [now_ms, group, topic, worker, token, *locked],
+                    )
+                    renewed.update((group, topic, key) for key in locked)
+        return renewed
 
     def release(self, group: str, topic: str, held: dict[str, int], worker: str, token: str,
                 using: str) -> int:
