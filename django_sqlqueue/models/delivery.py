@@ -236,6 +236,23 @@ class DeliveryStateManager(models.Manager["DeliveryState"]):
             [invisible_until, storable_error(error), group, topic, *ref],
         )
 
+    def undeliver(self, group: str, topic: str, ref: MessageRef, now_ms: int,
+                  using: str) -> int:
+        """Undo the latest delivery of an unacked message whose handler never started:
+        visible again at ``now_ms``, and that delivery no longer counts as an attempt."""
+        connection = connections[using]
+        q = sqlb.quoter(connection)
+        return sqlb.execute(
+            connection,
+            f"UPDATE {q('queue_delivery_state')} SET {q('invisible_until')} = %s, "  # noqa: S608 - names quoted, values bound
+            f"{q('retry_count')} = {q('retry_count')} - 1 "
+            f"WHERE {q('consumer_group')} = %s AND {q('topic')} = %s "
+            f"AND {q('partition_key')} = %s AND {q('message_offset')} = %s "
+            f"AND {q('acked')} = {vendor.false_sql(connection)} "
+            f"AND {q('retry_count')} > {NEVER_DELIVERED}",
+            [now_ms, group, topic, *ref],
+        )
+
     def extend(self, group: str, topic: str, refs: Sequence[MessageRef], invisible_until: int,
                using: str, fence: tuple[str, str, int] | None = None,
                connection: Any = None) -> int:

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import logging
+import time
 from collections import defaultdict
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -272,7 +273,11 @@ class PollCycle:
         """Hand out what is due, then read new messages, sharing the worker's free capacity
         fairly: every partition that wants work gets at least one slot."""
         free = capacity - sum(p.in_flight_count() for p in partitions)
-        wanting = [p for p in partitions if p.wants_look(now_ms)]
+        # Only from partitions whose lease is surely still ours: a handler would not start
+        # for the others (see Partition.usable), and their messages would wait out their
+        # visibility. The next renewal makes them sure again.
+        sure = time.monotonic()
+        wanting = [p for p in partitions if sure < p.valid_until and p.wants_look(now_ms)]
         if not wanting or free <= 0:
             return  # a handler finishing wakes the worker, and frees capacity
         share = {p.ident: max(1, free // len(wanting)) for p in wanting}
@@ -447,6 +452,10 @@ class _Ledger:
 
     def dead_letter(self, partition: Partition, message: Message, error: str) -> None:
         self.cycle.dead_letter(partition, message, error)
+
+    def undeliver(self, partition: Partition, ref: MessageRef) -> None:
+        DeliveryState.objects.undeliver(partition.group, partition.topic, ref, self.now_ms,
+                                        self.cycle.using)
 
     def flush(self) -> None:
         for (group, topic), refs in self.acks.items():
