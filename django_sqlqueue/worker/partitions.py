@@ -96,7 +96,7 @@ class Partition:
     # front, not by scanning a window of up to MAX_WINDOW entries every cycle.
     _order: deque[int] = field(default_factory=deque)
     # Prioritised subscriptions (task queues) only: due entries by (-priority, position,
-    # offset), moved here from _timers as they come due. Stale items (delivered, settled
+    # offset, timer), moved here from _timers as they come due. Stale items (delivered, settled
     # or rescheduled since) are skipped when they reach the top.
     _ready: list[tuple[int, int, int, int]] = field(default_factory=list)
     _last_timer: int = 0  # the sequence number of the newest timer
