@@ -5,7 +5,9 @@ that fails for one partition (a row another transaction holds past the lock time
 value the database refuses) fails them all, and would again at every poll. So after a
 failed cycle the partitions that were in it are split in two, and each half runs in a
 cycle of its own; a half that fails again is split again. Within a few polls the failing
-partition runs alone, after a growing pause, while the rest run together as before. A
+partition runs alone, after a growing pause, while the rest run together as before (and
+once a cycle of a poll failed waiting for a lock, the poll runs no further suspects, so it
+waits for at most one lock and the lease renewals keep their pace). A
 partition that keeps failing alone for another reason than contention is released
 (RELEASE_AFTER failures): another worker reads its window afresh, or this one does after
 a lease.

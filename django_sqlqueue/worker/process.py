@@ -235,11 +235,18 @@ class Worker:
         delivered = 0
         if (self._pending or attention.cycle_wanted(held, now_ms)
                 or attention.extension_due(held, now_ms, self._may_extend)):
+            waited = False
             for batch in self.isolation.batches(self.partitions, time.monotonic()):
+                if waited and batch.suspects is not None:
+                    # One lock wait per poll at most: the renewals must not wait for a
+                    # row of every suspect in turn. The others are tried at the next poll.
+                    continue
                 result = self._cycle(batch)
-                if result is not None:
+                if isinstance(result, CycleResult):
                     full = full or result.full
                     delivered += len(result.deliveries)
+                else:
+                    waited = waited or result
         self.leasing.release_drained(self._awaited, self._pending_idents)
         if self.burst and not self.stopping.is_set() and self._burst_done(delivered, pending):
             logger.info("burst finished: nothing deliverable name=%s", self.name)
@@ -248,15 +255,16 @@ class Worker:
 
     # ------------------------------------------------------------------ steps of a tick
 
-    def _cycle(self, batch: Batch) -> CycleResult | None:
-        """Run one poll cycle over ``batch``'s partitions and apply it; None when it failed
-        and was set aside (see :mod:`.isolation`)."""
+    def _cycle(self, batch: Batch) -> CycleResult | bool:
+        """Run one poll cycle over ``batch``'s partitions and apply it. When it failed and
+        was set aside (see :mod:`.isolation`), return whether it failed waiting for a lock;
+        False also when there was nothing to run."""
         members = batch.partitions
         # Outcomes of these partitions, and of partitions no longer held (dropped as done).
         outcomes = [o for o in self._pending if o.partition.ident in members
                     or self.partitions.get(o.partition.ident) is not o.partition]
         if not members and not outcomes:
-            return None
+            return False
         elsewhere = sum(p.in_flight_count() for ident, p in self.partitions.items()
                         if ident not in members)
         idle_threads = max(0, self.concurrency - self.dispatcher.busy)
@@ -273,7 +281,7 @@ class Worker:
             if is_disconnect(exc) or (contention and not has_row_locks(connections[self.using])):
                 raise  # every partition would fail alike: the whole step is retried
             self._set_aside(batch, exc, contention)
-            return None
+            return contention
         self.isolation.succeeded(batch)
         took = time.monotonic() - started
         self.cycles += 1
