@@ -19,6 +19,7 @@ from django.db import connection, connections
 import django_sqlqueue as sqlqueue
 from django_sqlqueue.models import PartitionLease
 from django_sqlqueue.partitioning import partition_for
+from django_sqlqueue.worker.session import SessionBounds
 from tests.refusals import refusing
 from tests.testapp.models import Handled
 from tests.worker_harness import wait_stable, wait_until, worker_pool
@@ -76,6 +77,30 @@ ROWS = {
     # What the poll cycle waits for once the fence passed.
     "watermark row": ["queue_offsets"],
 }
+
+
+@pytest.mark.skipif(connection.vendor == "sqlite", reason="SQLite has a busy timeout instead")
+def test_the_worker_session_waits_for_a_lock_a_quarter_of_a_lease_at_most():
+    bounds = SessionBounds("default", idle_transaction_seconds=3.0)
+    bounds.ensure()
+    try:
+        with connection.cursor() as cursor:
+            if connection.vendor == "postgresql":
+                cursor.execute("SHOW lock_timeout")
+                assert cursor.fetchone()[0] == "750ms"
+            else:
+                cursor.execute("SELECT @@SESSION.innodb_lock_wait_timeout, "
+                               "@@SESSION.lock_wait_timeout")
+                assert tuple(cursor.fetchone()) == (1, 1)  # whole seconds there
+    finally:
+        bounds.release()
+    with connection.cursor() as cursor:
+        if connection.vendor == "postgresql":
+            cursor.execute("SHOW lock_timeout")
+            assert cursor.fetchone()[0] == "0"
+        else:
+            cursor.execute("SELECT @@SESSION.innodb_lock_wait_timeout")
+            assert cursor.fetchone()[0] > 1
 
 
 @pytest.mark.skipif(connection.vendor == "sqlite",
