@@ -312,6 +312,7 @@ class Worker:
             logger.error("releasing a partition whose poll cycle keeps failing; its window "
                          "will be read afresh group=%s topic=%s partition=%s failures=%s",
                          partition.group, partition.topic, partition.number, RELEASE_AFTER)
+            self.session.ensure()  # a connection opened afresh gets its bounds first
             self.leasing.give_up(partition)
 
     def _sequence(self, head: int) -> tuple[int, bool]:
