@@ -3,11 +3,15 @@
 A key's messages are ordered because they all land in one partition. With a new count a
 key may map to another partition, where a second worker could handle its new messages
 while the old ones still wait in the old partition. So a topic is repartitioned only when
-every consumer group has acked all its sequenced messages; those are then deleted and the
-new count is recorded, all in one transaction that holds the sequencer's lock, so no
-message is positioned (and mapped) in between. Watermarks and read cursors of the
-remaining partitions stay: they are log positions, and every later message gets a higher
-one. Unsequenced messages are left alone; the sequencer maps them with the new count.
+every consumer group has acked all its sequenced messages. The check and the new count
+are one short transaction that holds the sequencer's lock, so no message is positioned
+(and mapped) in between; every message positioned later is mapped with the new count.
+What the old mapping leaves is then removed in short transactions of their own, so no
+worker waits long for a row they hold: the removed partitions' lease rows, then their
+watermark rows, then the consumed messages (and any delivery rows of them), DELETE_BATCH
+at a time. Watermarks and read cursors of the remaining partitions stay: they are log
+positions, and every later message gets a higher one. Unsequenced messages are left
+alone; the sequencer maps them with the new count.
 """
 
 from __future__ import annotations
@@ -56,8 +60,9 @@ def repartition(topic: str, partitions: int, *, using: str = "default") -> Repar
         )
     with transaction.atomic(using=using):
         # Wait for a running sequencer rather than skip it: until this commits, nothing is
-        # positioned, so the topic cannot gain unconsumed messages after the check below.
-        LogSequencer.objects.lock_counter_wait(using)
+        # positioned, so the topic cannot gain unconsumed messages after the check below,
+        # and every message positioned up to ``last`` is mapped with the old count.
+        last = LogSequencer.objects.lock_counter_wait(using)
         old = Topic.objects.partition_counts([topic], using).get(topic)
         if old is None:
             # Never sequenced: nothing is mapped yet. A worker starting meanwhile may have
@@ -68,18 +73,30 @@ def repartition(topic: str, partitions: int, *, using: str = "default") -> Repar
         if old == partitions:
             return RepartitionResult(topic, old, partitions, 0)
         _check_drained(topic, using)
-        keep = set(partition_names(partitions))
-        # Lease rows first: a worker's poll locks its lease rows before the state they
-        # guard, so taking them in the same order cannot deadlock with it.
-        PartitionLease.objects.delete_other_partitions(topic, keep, using)
-        ConsumerOffset.objects.delete_other_partitions(topic, keep, using)
-        DeliveryState.objects.delete_topic(topic, using)
-        deleted, after = 0, 0
-        while offsets := QueueMessage.objects.sequenced_offsets(topic, after, DELETE_BATCH, using):
-            deleted += QueueMessage.objects.delete_offsets(offsets, using)
-            after = offsets[-1]
+        groups = DeliveryState.objects.groups_of(topic, using)
         Topic.objects.set_partitions(topic, partitions, using)
-    return RepartitionResult(topic, old, partitions, deleted)
+    keep = set(partition_names(partitions))
+    # Lease rows first: a worker's poll locks its lease rows before the state they guard.
+    with transaction.atomic(using=using):
+        PartitionLease.objects.delete_other_partitions(topic, keep, using)
+    with transaction.atomic(using=using):
+        ConsumerOffset.objects.delete_other_partitions(topic, keep, using)
+    return RepartitionResult(topic, old, partitions, _delete_consumed(topic, last, groups, using))
+
+
+def _delete_consumed(topic: str, last: int, groups: list[str], using: str) -> int:
+    """Delete the topic's messages positioned up to ``last`` (every group consumed them)
+    and the groups' delivery rows of them, DELETE_BATCH messages per transaction."""
+    deleted, after = 0, 0
+    while True:
+        offsets = QueueMessage.objects.sequenced_offsets(topic, after, DELETE_BATCH, using,
+                                                         up_to=last)
+        if not offsets:
+            return deleted
+        with transaction.atomic(using=using):
+            DeliveryState.objects.delete_messages(groups, topic, offsets, using)
+            deleted += QueueMessage.objects.delete_offsets(offsets, using)
+        after = offsets[-1]
 
 
 def _check_drained(topic: str, using: str) -> None:

@@ -31,7 +31,7 @@ from django_sqlqueue.partitioning import assign_partition, partition_names
 from django_sqlqueue.repartition import RepartitionResult, repartition
 from django_sqlqueue.sequencing import sequence_all, sequence_pending
 from tests.helpers import outcomes, start_thread
-from tests.worker_harness import partition_heads, run_manage
+from tests.worker_harness import partition_heads, run_manage, wait_until
 
 pytestmark = pytest.mark.django_db
 
@@ -313,6 +313,46 @@ def test_repartition_waits_for_a_running_sequencer_and_stops_sequencing_while_it
         release.set()
     assert outcomes([thread]) == [2]
     assert QueueMessage.objects.get(offset=offset).position is None
+
+
+@needs_row_locks
+@pytest.mark.django_db(transaction=True)
+def test_repartition_deletes_in_short_transactions_holding_no_lease_row_or_the_sequencer(
+        monkeypatch):
+    """While it deletes the consumed messages, the new count is recorded, the removed
+    partitions' lease and watermark rows are gone and the sequencer runs: a worker waits
+    for none of them. Here a message row held elsewhere stops the deletes meanwhile."""
+    from django.db import connections
+
+    import django_sqlqueue.repartition as module
+
+    offsets = publish_sequenced(count=30)
+    consume_all("billing")
+    monkeypatch.setattr(module, "DELETE_BATCH", 10)
+    holder = connections.create_connection("default")
+    holder.set_autocommit(False)
+    q = holder.ops.quote_name
+    with holder.cursor() as cursor:
+        cursor.execute(f"SELECT 1 FROM {q('queue_messages')} WHERE {q('offset')} = %s FOR UPDATE",
+                       [min(offsets)])
+    thread = start_thread(repartition, "orders", 3, name="repartition")
+    try:
+        wait_until(lambda: recorded("orders") == 3 and (
+            partitions_of(PartitionLease, "billing") == set(partition_names(3))
+            == partitions_of(ConsumerOffset, "billing")),
+            timeout=10, what="the new count and the removed partitions' rows committed")
+        fresh = sqlqueue.publish("orders", {}, key="k")
+        assert sequence_pending() == 1  # the sequencer is not held
+        assert QueueMessage.objects.get(offset=fresh.offset).partition_key == assign_partition(
+            "k", fresh.offset, 3)
+        assert thread.is_alive()  # still waiting for the held row
+    finally:
+        holder.rollback()
+        holder.close()
+    assert outcomes([thread]) == [RepartitionResult("orders", 12, 3, 30)]
+    # Only what was consumed at the change is deleted.
+    assert list(QueueMessage.objects.filter(topic="orders").values_list("offset", flat=True)) == [
+        fresh.offset]
 
 
 def test_lock_counter_wait_creates_a_missing_counter_row():

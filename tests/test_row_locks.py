@@ -98,14 +98,16 @@ def test_a_poll_cycles_statements_do_not_wait_for_another_workers_partitions(oth
     set_lock_timeout(connection, 2)
     refs = [MessageRef("0", partition_offset("0", n)) for n in range(ROWS)]
     with transaction.atomic():
-        owned = PartitionLease.objects.fence(WORKER, TOKEN, [(GROUP, TOPIC, "0")], "default")
+        owned, seen = PartitionLease.objects.fence(WORKER, TOKEN, [(GROUP, TOPIC, "0")],
+                                                   "default")
         assert owned == {(GROUP, TOPIC, "0"): 1}
+        assert seen == {(GROUP, TOPIC, "0")}
         assert DeliveryState.objects.extend(GROUP, TOPIC, refs, 10**13, "default") == len(refs)
         assert DeliveryState.objects.ack(GROUP, TOPIC, refs, "default") == len(refs)
         assert DeliveryState.objects.delete_acked(GROUP, TOPIC, refs, "default") == len(refs)
         assert ConsumerOffset.objects.save_progress(
             GROUP, TOPIC, {"0": Progress(5, 9)}, 1, "default") == 1
-        assert PartitionLease.objects.renew(WORKER, TOKEN, 2, "default") == 1
+        assert PartitionLease.objects.renew(WORKER, TOKEN, 2, "default") == {(GROUP, TOPIC, "0")}
         assert PartitionLease.objects.release(GROUP, TOPIC, {"0": 1}, WORKER, TOKEN,
                                               "default") == 1
     other_worker.rollback()

@@ -6,6 +6,7 @@ upserts) instead of testing ``connection.vendor`` themselves.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterator
 from contextlib import contextmanager
 
@@ -88,13 +89,41 @@ def skip_locked_sql(connection: BaseDatabaseWrapper) -> str:
     return " FOR UPDATE SKIP LOCKED"
 
 
-def for_share_sql(connection: BaseDatabaseWrapper) -> str:
-    """A shared row lock that blocks writers (used to fence lease ownership)."""
+def for_share_sql(connection: BaseDatabaseWrapper, skip_locked: bool = False) -> str:
+    """A shared row lock that blocks writers (used to fence lease ownership); with
+    ``skip_locked``, rows another transaction holds are passed over instead of waited for."""
     if connection.vendor == "sqlite":
         return ""
+    skip = " SKIP LOCKED" if skip_locked else ""
+    if connection.vendor == "mysql" and getattr(connection, "mysql_is_mariadb", False):
+        return " LOCK IN SHARE MODE" + skip  # MariaDB has no FOR SHARE
+    return " FOR SHARE" + skip
+
+
+def has_row_locks(connection: BaseDatabaseWrapper) -> bool:
+    """Whether transactions lock rows (MySQL/MariaDB, PostgreSQL), so that one row held
+    elsewhere holds up only the statements that touch it. SQLite locks the whole
+    database: there, a wait concerns every statement alike."""
+    return connection.vendor != "sqlite"
+
+
+def lock_timeout_sql(connection: BaseDatabaseWrapper, seconds: float | None) -> list[str]:
+    """Statements making this session's statements give up on a lock after ``seconds``
+    (None: the server's default again). SQLite has a busy timeout instead (the alias's
+    ``OPTIONS["timeout"]``), set when it connects.
+
+    MariaDB/MySQL count row-lock waits in whole seconds (``innodb_lock_wait_timeout``)
+    and waits for a table's metadata lock (an ``ALTER TABLE``) separately
+    (``lock_wait_timeout``); PostgreSQL's ``lock_timeout`` covers every lock.
+    """
+    if connection.vendor == "postgresql":
+        value = "DEFAULT" if seconds is None else f"{max(1, round(seconds * 1000))}"
+        return [f"SET lock_timeout = {value}"]
     if connection.vendor == "mysql":
-        return " LOCK IN SHARE MODE"
-    return " FOR SHARE"
+        value = "DEFAULT" if seconds is None else f"{max(1, math.ceil(seconds))}"
+        return [f"SET SESSION innodb_lock_wait_timeout = {value}",
+                f"SET SESSION lock_wait_timeout = {value}"]
+    return []
 
 
 def force_index_sql(connection: BaseDatabaseWrapper, index: str | None = None) -> str:

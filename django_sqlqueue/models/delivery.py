@@ -179,6 +179,10 @@ class DeliveryStateManager(models.Manager["DeliveryState"]):
         using: str,
     ) -> None:
         """Make messages invisible until ``invisible_until``; a redelivery bumps retry_count."""
+        # One row per message: PostgreSQL refuses an upsert that reaches one row twice
+        # ("ON CONFLICT DO UPDATE command cannot affect row a second time"), and MariaDB
+        # and SQLite would count the redelivery twice.
+        refs = list(dict.fromkeys(MessageRef(*ref) for ref in refs))
         if not refs:
             return
         connection = connections[using]
@@ -201,6 +205,7 @@ class DeliveryStateManager(models.Manager["DeliveryState"]):
     def hold(self, group: str, topic: str, holds: Sequence[Hold], using: str) -> None:
         """Record messages read but not delivered yet (delayed, or behind their key), so a
         worker that takes the partition over finds them without re-reading the log."""
+        holds = list({(hold.partition, hold.offset): hold for hold in holds}.values())
         if not holds:
             return
         connection = connections[using]
@@ -248,6 +253,23 @@ class DeliveryStateManager(models.Manager["DeliveryState"]):
             f"AND {q('partition_key')} = %s AND {q('message_offset')} = %s "
             f"AND {q('acked')} = {vendor.false_sql(connection)}",
             [invisible_until, storable_error(error), group, topic, *ref],
+        )
+
+    def undeliver(self, group: str, topic: str, ref: MessageRef, now_ms: int,
+                  using: str) -> int:
+        """Undo the latest delivery of an unacked message whose handler never started:
+        visible again at ``now_ms``, and that delivery no longer counts as an attempt."""
+        connection = connections[using]
+        q = sqlb.quoter(connection)
+        return sqlb.execute(
+            connection,
+            f"UPDATE {q('queue_delivery_state')} SET {q('invisible_until')} = %s, "  # noqa: S608 - names quoted, values bound
+            f"{q('retry_count')} = {q('retry_count')} - 1 "
+            f"WHERE {q('consumer_group')} = %s AND {q('topic')} = %s "
+            f"AND {q('partition_key')} = %s AND {q('message_offset')} = %s "
+            f"AND {q('acked')} = {vendor.false_sql(connection)} "
+            f"AND {q('retry_count')} > {NEVER_DELIVERED}",
+            [now_ms, group, topic, *ref],
         )
 
     def extend(self, group: str, topic: str, refs: Sequence[MessageRef], invisible_until: int,
@@ -353,13 +375,18 @@ class DeliveryStateManager(models.Manager["DeliveryState"]):
             [now_ms, group, topic, *ref, now_ms],
         )
 
-    def delete_topic(self, topic: str, using: str) -> int:
-        """Delete every group's delivery rows of ``topic`` (its messages are gone), a group
-        at a time: each DELETE is then a primary-key range, not a scan of other topics'."""
-        groups = list(
-            self.using(using).filter(topic=topic).values_list("consumer_group", flat=True).distinct()
-        )
-        return sum(self.using(using).filter(consumer_group=group, topic=topic).delete()[0]
+    def groups_of(self, topic: str, using: str) -> list[str]:
+        """The groups with delivery rows of ``topic``."""
+        return sorted(set(self.using(using).filter(topic=topic)
+                          .values_list("consumer_group", flat=True).distinct()))
+
+    def delete_messages(self, groups: Sequence[str], topic: str, offsets: Sequence[int],
+                        using: str) -> int:
+        """Delete the groups' rows of these messages of ``topic`` (being deleted from the
+        log), a group at a time: each DELETE is then a primary-key range, not a scan of
+        other topics'."""
+        return sum(self.using(using).filter(consumer_group=group, topic=topic,
+                                            message_offset__in=offsets).delete()[0]
                    for group in groups)
 
 

@@ -2,7 +2,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from django.db import connections, models
+from django.db import connections, models, transaction
 
 from ..db import sql as sqlb
 from ..db import vendor
@@ -17,23 +17,27 @@ class PartitionLeaseManager(PartitionRowsManager):
     """SQL for ``queue_partition_leases``: create, acquire, renew, fence, release."""
 
     def fence(self, worker: str, token: str, held: Sequence[tuple[str, str, str]],
-              using: str) -> Owned:
-        """Share-lock the lease rows of ``held`` partitions and return those still leased to
-        this worker process (its name and token), with their generations.
+              using: str) -> tuple[Owned, set[tuple[str, str, str]]]:
+        """Share-lock the lease rows of ``held`` partitions; return those still leased to
+        this worker process (its name and token), with their generations, and every
+        partition whose row was read.
 
         Run first in a transaction: until it commits nobody can take these partitions, so
         every later statement in it writes only on behalf of partitions still owned. The
         rows are found by primary key, the order in which lease takers lock them too, so
-        fencing and taking cannot deadlock.
+        fencing and taking cannot deadlock. A row another transaction holds (an operator's
+        ``repartition`` deleting it, a worker taking it over) is passed over, not waited
+        for: that partition sits this cycle out, and the others go on.
         """
         if not held:
-            return {}
+            return {}, set()
         connection = connections[using]
         q = sqlb.quoter(connection)
         by_subscription: dict[tuple[str, str], list[str]] = {}
         for group, topic, key in held:
             by_subscription.setdefault((group, topic), []).append(key)
         owned: Owned = {}
+        seen: set[tuple[str, str, str]] = set()
         for (group, topic), keys in by_subscription.items():
             for batch in sqlb.chunks(keys, 1000):
                 rows = sqlb.fetch_all(
@@ -43,14 +47,16 @@ class PartitionLeaseManager(PartitionRowsManager):
                     f"FROM {sqlb.locked_table(connection, 'queue_partition_leases')} "
                     f"WHERE {q('consumer_group')} = %s "
                     f"AND {q('topic')} = %s AND {q('partition_key')} IN "
-                    f"({sqlb.placeholders(len(batch))})" + vendor.for_share_sql(connection),
+                    f"({sqlb.placeholders(len(batch))})"
+                    + vendor.for_share_sql(connection, skip_locked=True),
                     [group, topic, *batch],
                 )
+                seen.update((group, topic, r[0]) for r in rows)
                 owned.update(
                     {(group, topic, r[0]): int(r[3]) for r in rows
                      if r[1] == worker and r[2] == token}
                 )
-        return owned
+        return owned, seen
 
     def ensure_partitions(self, group: str, topic: str, partitions: Sequence[str],
                           using: str) -> None:
@@ -123,20 +129,53 @@ class PartitionLeaseManager(PartitionRowsManager):
             [group, topic, *keys, worker, token],
         )
 
-    def renew(self, worker: str, token: str, now_ms: int, using: str) -> int:
-        """Renew every lease this worker process holds, in one statement.
+    def renew(self, worker: str, token: str, now_ms: int, using: str) -> set[tuple[str, str, str]]:
+        """Renew every lease this worker process holds and no other transaction locks;
+        return the (group, topic, partition) of those renewed.
 
         The token matters: a paused process and its replacement may share a name, and
-        the replacement must not keep the paused one's leases alive."""
+        the replacement must not keep the paused one's leases alive. A row held by
+        another transaction (an operator's ``repartition`` deleting it, say) is passed
+        over, so that one held row never stops the renewal of the others: the rows are
+        found with a plain read, then locked by primary key skipping held ones (InnoDB
+        waits for a row held elsewhere when it reaches it through another index), and
+        only those are updated."""
         connection = connections[using]
         q = sqlb.quoter(connection)
-        return sqlb.execute(
+        mine: dict[tuple[str, str], list[str]] = {}
+        for group, topic, key in sqlb.fetch_all(
             connection,
-            f"UPDATE {sqlb.locked_table(connection, 'queue_partition_leases', 'queue_lease_owner')} "  # noqa: S608 - names quoted, values bound
-            f"SET {q('lease_renewed_at')} = %s WHERE {q('leased_by')} = %s "
+            f"SELECT {q('consumer_group')}, {q('topic')}, {q('partition_key')} "  # noqa: S608 - names quoted, values bound
+            f"FROM {q('queue_partition_leases')} WHERE {q('leased_by')} = %s "
             f"AND {q('lease_token')} = %s",
-            [now_ms, worker, token],
-        )
+            [worker, token],
+        ):
+            mine.setdefault((group, topic), []).append(key)
+        renewed: set[tuple[str, str, str]] = set()
+        where = (f"WHERE {q('consumer_group')} = %s AND {q('topic')} = %s "
+                 f"AND {q('leased_by')} = %s AND {q('lease_token')} = %s "
+                 f"AND {q('partition_key')} IN ")
+        with transaction.atomic(using=using):
+            for (group, topic), keys in mine.items():
+                for batch in sqlb.chunks(keys, 500):
+                    locked = [str(row[0]) for row in sqlb.fetch_all(
+                        connection,
+                        f"SELECT {q('partition_key')} "  # noqa: S608 - names quoted, values bound
+                        f"FROM {sqlb.locked_table(connection, 'queue_partition_leases')} {where}"
+                        f"({sqlb.placeholders(len(batch))})" + vendor.skip_locked_sql(connection),
+                        [group, topic, worker, token, *batch],
+                    )]
+                    if not locked:
+                        continue
+                    sqlb.execute(
+                        connection,
+                        f"UPDATE {sqlb.locked_table(connection, 'queue_partition_leases')} "  # noqa: S608 - names quoted, values bound
+                        f"SET {q('lease_renewed_at')} = %s {where}"
+                        f"({sqlb.placeholders(len(locked))})",
+                        [now_ms, group, topic, worker, token, *locked],
+                    )
+                    renewed.update((group, topic, key) for key in locked)
+        return renewed
 
     def release(self, group: str, topic: str, held: dict[str, int], worker: str, token: str,
                 using: str) -> int:

@@ -423,19 +423,21 @@ class QueueMessageManager(models.Manager["QueueMessage"]):
     def sequenced_count(self, topic: str, using: str) -> int:
         return self.using(using).filter(topic=topic, position__isnull=False).count()
 
-    def sequenced_offsets(self, topic: str, after: int, limit: int, using: str) -> list[int]:
-        """Offsets above ``after`` of up to ``limit`` of the topic's sequenced messages,
-        lowest first.
+    def sequenced_offsets(self, topic: str, after: int, limit: int, using: str,
+                          up_to: int | None = None) -> list[int]:
+        """Offsets above ``after`` of up to ``limit`` of the topic's sequenced messages
+        (positioned at ``up_to`` or below, if given), lowest first.
 
         Lowest first, so a transaction deleting batch after batch always holds a prefix of
         the topic's rows: a concurrent GC batch (which locks by offset too) waits for it
         instead of holding rows it needs next. ``after`` pages on by offset, which ends even
         where a snapshot still shows rows that GC has deleted meanwhile.
         """
-        return [int(offset) for offset in (
-            self.using(using).filter(topic=topic, position__isnull=False, offset__gt=after)
-            .order_by("offset").values_list("offset", flat=True)[:limit]
-        )]
+        found = self.using(using).filter(topic=topic, position__isnull=False, offset__gt=after)
+        if up_to is not None:
+            found = found.filter(position__lte=up_to)
+        return [int(offset) for offset in found.order_by("offset")
+                .values_list("offset", flat=True)[:limit]]
 
     def _read_back(
         self, connection: Any, rows: Sequence[NewRow]

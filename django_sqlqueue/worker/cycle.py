@@ -17,6 +17,7 @@ from __future__ import annotations
 import functools
 import json
 import logging
+import time
 from collections import defaultdict
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -105,6 +106,8 @@ class _Writes:
     handed_out: dict[Subscriber, list[tuple[Partition, Entry]]] = field(
         default_factory=lambda: defaultdict(list))
     holds: dict[Subscriber, list[Hold]] = field(default_factory=lambda: defaultdict(list))
+    # (partition, offset) of every message handed out this cycle: each goes out once.
+    out: set[tuple[Ident, int]] = field(default_factory=set)
 
 
 class PollCycle:
@@ -128,14 +131,19 @@ class PollCycle:
         result = CycleResult()
         self._unextended_left = idle_threads
         with transaction.atomic(using=self.using):
-            owned = PartitionLease.objects.fence(self.worker_name, self.token, list(partitions),
-                                                 self.using)
-            result.lost = [p for p in partitions.values() if owned.get(p.ident) != p.generation]
+            owned, seen = PartitionLease.objects.fence(self.worker_name, self.token,
+                                                       list(partitions), self.using)
+            # A partition whose lease row another transaction holds sits this cycle out:
+            # its outcomes wait, and the leasing finds out soon whether it is still ours.
+            result.lost = [p for p in partitions.values()
+                           if p.ident in seen and owned.get(p.ident) != p.generation]
             lost = {p.ident for p in result.lost}
-            held = [p for p in partitions.values() if p.ident not in lost]
+            held = [p for p in partitions.values()
+                    if p.ident in seen and p.ident not in lost]
+            sitting_out = {ident for ident in partitions if ident not in seen}
             self._load([p for p in held if not p.loaded])
             now_ms = self.clock()
-            self._record(partitions, outcomes, lost, now_ms, result)
+            self._record(partitions, outcomes, lost, sitting_out, now_ms, result)
             settle_parked(held, now_ms, self.using)  # a settled key's next message goes now
             self._extend(held, now_ms)
             self._deliver(held, capacity, now_ms, result)
@@ -188,10 +196,13 @@ class PollCycle:
                 partition.rebuilt()
 
     def _record(self, partitions: dict[Ident, Partition], outcomes: list[Outcome],
-                lost: set[Ident], now_ms: int, result: CycleResult) -> None:
+                lost: set[Ident], sitting_out: set[Ident], now_ms: int,
+                result: CycleResult) -> None:
         ledger = _Ledger(self, now_ms)
         for outcome in outcomes:
             partition = outcome.partition
+            if partition.ident in sitting_out and partitions.get(partition.ident) is partition:
+                continue  # recorded once its lease row can be fenced again
             if (partitions.get(partition.ident) is not partition or partition.ident in lost
                     or outcome.generation != partition.generation):
                 result.done.append(outcome)
@@ -271,7 +282,11 @@ class PollCycle:
         """Hand out what is due, then read new messages, sharing the worker's free capacity
         fairly: every partition that wants work gets at least one slot."""
         free = capacity - sum(p.in_flight_count() for p in partitions)
-        wanting = [p for p in partitions if p.wants_look(now_ms)]
+        # Only from partitions whose lease is surely still ours: a handler would not start
+        # for the others (see Partition.usable), and their messages would wait out their
+        # visibility. The next renewal makes them sure again.
+        sure = time.monotonic()
+        wanting = [p for p in partitions if sure < p.valid_until and p.wants_look(now_ms)]
         if not wanting or free <= 0:
             return  # a handler finishing wakes the worker, and frees capacity
         share = {p.ident: max(1, free // len(wanting)) for p in wanting}
@@ -390,6 +405,9 @@ class PollCycle:
                   result: CycleResult) -> None:
         """Deliver ``entry``; its visibility is set in _write_deliveries, from the clock read
         after every fetch of the cycle, so slow reads never eat into a handler's time."""
+        if (partition.ident, entry.offset) in writes.out:
+            return  # already going out in this cycle: one handler per delivery
+        writes.out.add((partition.ident, entry.offset))
         writes.handed_out[(partition.group, partition.topic)].append((partition, entry))
         result.report(partition).deliveries.append(Delivery(partition, partition.generation, message))
 
@@ -456,6 +474,10 @@ class _Ledger:
 
     def dead_letter(self, partition: Partition, message: Message, error: str) -> None:
         self.cycle.dead_letter(partition, message, error)
+
+    def undeliver(self, partition: Partition, ref: MessageRef) -> None:
+        DeliveryState.objects.undeliver(partition.group, partition.topic, ref, self.now_ms,
+                                        self.cycle.using)
 
     def flush(self) -> None:
         for (group, topic), refs in self.acks.items():

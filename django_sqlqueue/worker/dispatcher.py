@@ -24,7 +24,7 @@ from ..consuming.message import Message
 from ..exceptions import DeadLetter, Retry
 from ..logtext import loggable
 from ..models.fields import storable_error
-from .outcomes import Acked, DeadLettered, Outcome, Retried
+from .outcomes import Acked, DeadLettered, NotStarted, Outcome, Retried
 from .partitions import Ident, Partition
 
 logger = logging.getLogger("django_sqlqueue.worker")
@@ -138,11 +138,12 @@ class Dispatcher:
     def _run(self, partition: Partition, generation: int, message: Message) -> None:
         if not partition.usable(generation):
             # The worker lost the partition, or may have (its lease was not renewed in time:
-            # the process was paused, say). Its new owner delivers the message; here it
-            # stays in flight until its visibility runs out.
+            # the process was paused, say). Its new owner delivers the message; if the
+            # partition is still this worker's, the poll makes it deliverable again.
             logger.info("not starting a handler for a partition this worker may no longer "
                         "own group=%s topic=%s partition=%s offset=%s", partition.group,
                         partition.topic, partition.number, message.offset)
+            self.outcomes.put(NotStarted(partition, generation, message))
             return
         with self._lock:
             self._started.setdefault((partition.ident, message.offset), time.monotonic())

@@ -46,6 +46,8 @@ class Leasing:
         self.nothing_claimable = False
         # Per subscription: (partitions, live workers) from the last rebalance, for logs.
         self.last_counts: dict[tuple[str, str], tuple[int, int]] = {}
+        # Partitions given up on (see give_up), and until when (time.monotonic()).
+        self._shunned: dict[Ident, float] = {}
 
     # ----------------------------------------------------------------- lifecycle
 
@@ -95,12 +97,12 @@ class Leasing:
         # Leases confirmed below are surely ours until this moment plus a lease: taken
         # before the renewal was sent, so a slow round trip only shortens it.
         renewing_at = time.monotonic()
-        PartitionLease.objects.renew(self.worker_name, self.token, now_ms, self.using)
+        renewed = PartitionLease.objects.renew(self.worker_name, self.token, now_ms, self.using)
         # A topic repartitioned by an operator gets lease rows for its new partitions.
         self._ensure_partitions(Topic.objects.partition_counts(list(self.counts), self.using))
         live = self._live_workers(now_ms)
         for subscription in self.subscriptions:
-            self._reconcile(subscription, renewing_at + self.lease_seconds)
+            self._reconcile(subscription, renewing_at + self.lease_seconds, renewed)
             self.shares[(subscription.group, subscription.topic)] = self._fair_share(
                 subscription, live
             )
@@ -138,18 +140,31 @@ class Leasing:
         self.nothing_claimable = not claimable_left
         return taken
 
-    def release_drained(self, pending: set[Ident],
-                        given_up: Callable[[Ident, int], bool]) -> None:
-        """Release draining partitions whose handlers are done and outcomes recorded, or
-        still running but given up on (past MAX_HANDLER_TIME): a hung handler must not
-        keep a partition that is being handed to another worker from everybody. Its
-        message is redelivered by the new owner once its visibility runs out."""
-        done = [
+    def release_drained(self, awaited: Callable[[Ident, int], bool],
+                        pending: Callable[[], set[Ident]]) -> None:
+        """Release draining partitions that wait for no handler and no outcome.
+
+        ``awaited(partition, offset)`` says whether an in-flight message's handler still
+        runs here and is not given up on (past MAX_HANDLER_TIME): a hung handler must not
+        keep a partition being handed to another worker from everybody, and an in-flight
+        message with no handler here at all (one skipped because the lease was in doubt,
+        or whose outcome could not be recorded) waits for nothing. The new owner
+        redelivers such messages once their visibility runs out. ``pending()`` is asked
+        after the handlers, so an outcome reported in between is never passed over.
+        """
+        drained = [
             p for p in self.partitions.values()
-            if p.draining and p.ident not in pending
-            and all(given_up(p.ident, entry.offset) for entry in p.in_flight())
+            if p.draining and not any(awaited(p.ident, entry.offset) for entry in p.in_flight())
         ]
-        self._release(done)
+        if drained:
+            waiting = pending()
+            self._release([p for p in drained if p.ident not in waiting])
+
+    def give_up(self, partition: Partition) -> None:
+        """Release a partition this worker cannot make progress on, and leave it to the
+        other workers of its group for a lease before taking it again."""
+        self._release([partition])
+        self._shunned[partition.ident] = time.monotonic() + self.lease_seconds
 
     def release_all(self) -> None:
         self._release(list(self.partitions.values()))
@@ -202,11 +217,13 @@ class Leasing:
             return 0
         return math.ceil(total / max(active, 1))
 
-    def _reconcile(self, subscription: Subscription, valid_until: float) -> None:
+    def _reconcile(self, subscription: Subscription, valid_until: float,
+                   renewed: set[Ident]) -> None:
         """Make local state match the lease table: drop partitions taken from us, and adopt
         leases this process holds that it does not know (say, a take whose follow-up read
         failed), so that no lease is renewed forever without being consumed. An adopted
-        lease starts a new generation."""
+        lease starts a new generation. Only the ``renewed`` leases are surely ours until
+        ``valid_until``."""
         group, topic = subscription.group, subscription.topic
         owned = PartitionLease.objects.owned(group, topic, self.worker_name, self.token,
                                              self.using)
@@ -214,7 +231,7 @@ class Leasing:
             if partition.subscription is subscription:
                 if owned.get(partition.number) != partition.generation:
                     self.drop([partition])
-                else:
+                elif partition.ident in renewed:
                     partition.valid_until = valid_until
         unknown = [n for n in owned if (group, topic, n) not in self.partitions]
         if not unknown:
@@ -226,7 +243,8 @@ class Leasing:
         for number in unknown:
             if number in owned:
                 partition = Partition(subscription, number, owned[number],
-                                      valid_until=valid_until)
+                                      valid_until=valid_until if (group, topic, number) in renewed
+                                      else 0.0)
                 self.partitions[partition.ident] = partition
                 logger.warning("lease adopted group=%s topic=%s partition=%s generation=%s",
                                group, topic, number, partition.generation)
@@ -259,8 +277,11 @@ class Leasing:
             # Never re-take a partition this worker is still draining, nor one the topic
             # no longer has (see _ensure_partitions).
             count = self.counts.get(topic, 0)
+            now = time.monotonic()
+            self._shunned = {k: until for k, until in self._shunned.items() if until > now}
             numbers = [n for n in numbers
-                       if (group, topic, n) not in self.partitions and int(n) < count]
+                       if (group, topic, n) not in self.partitions and int(n) < count
+                       and (group, topic, n) not in self._shunned]
             if not numbers:
                 return []
             PartitionLease.objects.take(group, topic, numbers, self.worker_name, self.token,

@@ -30,6 +30,8 @@ class Ledger(Protocol):
 
     def dead_letter(self, partition: Partition, message: Message, error: str) -> None: ...
 
+    def undeliver(self, partition: Partition, ref: MessageRef) -> None: ...
+
 
 @dataclass
 class Outcome:
@@ -87,6 +89,22 @@ class Retried(Outcome):
 
     def announce(self) -> None:
         announce.nacked(self.message, self.partition.subscription, self.delay, self.error)
+
+
+@dataclass
+class NotStarted(Outcome):
+    """The handler was not started: when a thread came free the lease was in doubt (the
+    worker could not renew it in time). If the partition is still this worker's, the
+    delivery is undone and the message is deliverable again at once, rather than waiting
+    in flight for a handler that does not exist until its visibility runs out."""
+
+    def record(self, ledger: Ledger, entry: Entry, ref: MessageRef) -> None:
+        ledger.undeliver(self.partition, ref)
+        entry.attempts -= 1
+        self.partition.retry_at(entry, ledger.now_ms, entry.last_error)
+
+    def announce(self) -> None:
+        pass  # nothing happened to announce
 
 
 @dataclass

@@ -66,6 +66,9 @@ class Entry:
     last_error: str = ""
     priority: int = 0  # a task's priority; 0 for messages of @subscriber handlers
     parked: bool = False  # read back from a parked row: the watermark does not wait for it
+    # The sequence number of its one live timer (see Partition._schedule): a heap item
+    # carrying another number is stale.
+    timer: int = 0
 
 
 @dataclass
@@ -94,7 +97,9 @@ class Partition:
     entries: dict[int, Entry] = field(default_factory=dict)
     # Strict mode: per key, the offsets of its unacked messages in log order, head first.
     key_queues: dict[str, deque[int]] = field(default_factory=dict)
-    _timers: list[tuple[int, int]] = field(default_factory=list)  # heap of (due_ms, offset)
+    # Heap of (due_ms, offset, timer): an entry has at most one live item in it or in
+    # _ready, so no entry is ever handed out twice at once however often it is scheduled.
+    _timers: list[tuple[int, int, int]] = field(default_factory=list)
     # Offsets of the in-flight entries: polls ask about them every tick, so they are not
     # found by scanning a window that may hold thousands of waiting entries.
     _in_flight: set[int] = field(default_factory=set)
@@ -105,9 +110,10 @@ class Partition:
     # front, not by scanning a window of up to MAX_WINDOW entries every cycle.
     _order: deque[int] = field(default_factory=deque)
     # Prioritised subscriptions (task queues) only: due entries by (-priority, position,
-    # offset), moved here from _timers as they come due. Stale items (delivered, settled
+    # offset, timer), moved here from _timers as they come due. Stale items (delivered, settled
     # or rescheduled since) are skipped when they reach the top.
-    _ready: list[tuple[int, int, int]] = field(default_factory=list)
+    _ready: list[tuple[int, int, int, int]] = field(default_factory=list)
+    _last_timer: int = 0  # the sequence number of the newest timer
     # Parked messages (see models.waiting): when the earliest due one comes due (None:
     # unknown, look); entries read back from parked rows; what this cycle parks.
     parked_next: int | None = None
@@ -184,9 +190,8 @@ class Partition:
         """When the earliest waiting (or expiring in-flight) entry becomes deliverable."""
         timers = self._timers
         while timers:
-            due, offset = timers[0]
-            entry = self.entries.get(offset)
-            if entry is not None and entry.due_ms == due and entry.state != "blocked":
+            due, offset, timer = timers[0]
+            if self._live(offset, timer):
                 return due
             heapq.heappop(timers)  # stale: settled, rescheduled or blocked since
         return None
@@ -296,8 +301,10 @@ class Partition:
             due = self.next_due()
             if due is None or due > now_ms:
                 break
-            _, offset = heapq.heappop(self._timers)
-            ready.append(self.entries[offset])
+            _, offset, _ = heapq.heappop(self._timers)
+            entry = self.entries[offset]
+            entry.timer = 0  # handed out: its next schedule starts a new timer
+            ready.append(entry)
         return ready
 
     def best_ready(self, now_ms: int) -> Entry | None:
@@ -308,16 +315,17 @@ class Partition:
         self._promote(now_ms)
         ready = self._ready
         while ready:
-            _, _, offset = ready[0]
+            _, _, offset, timer = ready[0]
             entry = self.entries.get(offset)
-            if entry is not None and entry.state != "blocked" and entry.due_ms <= now_ms:
+            if self._live(offset, timer) and entry is not None and entry.due_ms <= now_ms:
                 return entry
             heapq.heappop(ready)  # stale
         return None
 
     def pop_best(self) -> None:
         """Remove the entry best_ready() returned, which the caller is delivering."""
-        heapq.heappop(self._ready)
+        _, _, offset, _ = heapq.heappop(self._ready)
+        self.entries[offset].timer = 0
 
     def _promote(self, now_ms: int) -> None:
         """Move entries that came due from the timers to the priority heap."""
@@ -325,9 +333,9 @@ class Partition:
             due = self.next_due()
             if due is None or due > now_ms:
                 return
-            _, offset = heapq.heappop(self._timers)
+            _, offset, timer = heapq.heappop(self._timers)
             entry = self.entries[offset]
-            heapq.heappush(self._ready, (-entry.priority, entry.position, offset))
+            heapq.heappush(self._ready, (-entry.priority, entry.position, offset, timer))
 
     def _priority_of(self, message: MessageRow) -> int:
         priority_of = self.subscription.priority_of
@@ -345,7 +353,8 @@ class Partition:
 
     def running(self, entry: Entry) -> None:
         """A rebuilt entry whose handler still runs in this process: it stays in flight
-        until its visibility runs out, and is extended like any other."""
+        until its visibility runs out (then it is redelivered once), and is extended like
+        any other."""
         self._run(entry)
 
     def extended(self, offset: int, invisible_until: int) -> None:
@@ -423,7 +432,16 @@ class Partition:
         self._schedule(entry)
 
     def _schedule(self, entry: Entry) -> None:
-        heapq.heappush(self._timers, (entry.due_ms, entry.offset))
+        """(Re)schedule ``entry`` at its due time; any earlier timer of it goes stale."""
+        self._last_timer += 1
+        entry.timer = self._last_timer
+        heapq.heappush(self._timers, (entry.due_ms, entry.offset, entry.timer))
+
+    def _live(self, offset: int, timer: int) -> bool:
+        """Whether a heap item is the entry's live timer (not settled, rescheduled or
+        blocked since)."""
+        entry = self.entries.get(offset)
+        return entry is not None and entry.timer == timer and entry.state != "blocked"
 
     # ----------------------------------------------------------------- waiting messages
 

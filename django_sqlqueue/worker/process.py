@@ -7,6 +7,7 @@ has something to do, and hand fetched messages to handler threads.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import queue
@@ -20,6 +21,9 @@ from django.db import connections
 
 from ..conf import get_settings
 from ..consuming.registry import Subscription
+from ..db.errors import is_disconnect, is_transient
+from ..db.vendor import has_row_locks
+from ..logtext import loggable
 from ..models import GroupControl, LogSequencer, QueueMessage
 from ..models.fields import SUBSCRIBER_NAME_LENGTH
 from ..sequencing import sequence_once
@@ -32,6 +36,7 @@ from .dispatcher import Dispatcher
 from .extension import Extensions, extender
 from .faults import FaultBackoff
 from .interrupts import stop_on_signals
+from .isolation import RELEASE_AFTER, Batch, Isolation
 from .leasing import Leasing
 from .outcomes import Outcome
 from .partitions import Ident, Partition
@@ -94,6 +99,7 @@ class Worker:
                                self.clock.now_ms, self.dispatcher.is_running, self._may_extend)
         self.extensions: Extensions = queue.SimpleQueue()
         self.faults = FaultBackoff(using)
+        self.isolation = Isolation()
         self.session = SessionBounds(using, conf.lease_duration)
         self.faults_delay = 0.0  # seconds to wait after the last failed step
         self.topics = sorted({s.topic for s in subscriptions})
@@ -231,34 +237,85 @@ class Worker:
         delivered = 0
         if (self._pending or attention.cycle_wanted(held, now_ms)
                 or attention.extension_due(held, now_ms, self._may_extend)):
-            started = time.monotonic()
-            idle_threads = max(0, self.concurrency - self.dispatcher.busy)
-            try:
-                result = self.cycle.run(self.partitions, list(self._pending), self.capacity,
-                                        idle_threads)
-            except Exception:
-                # The cycle changed partition state that its transaction did not commit:
-                # rebuild every window from the database before the next delivery.
-                for partition in held:
-                    partition.unreliable()
-                raise
-            took = time.monotonic() - started
-            self.cycles += 1
-            self.longest_cycle = max(self.longest_cycle, took)
-            if took > SLOW_CYCLE:
-                logger.warning("slow poll cycle seconds=%.2f partitions=%s deliveries=%s",
-                               took, len(held), len(result.deliveries))
-            self._apply(result)
-            full = result.full
-            delivered = len(result.deliveries)
-        pending_idents = {o.partition.ident for o in self._pending}
-        self.leasing.release_drained(pending_idents, self._given_up)
+            waited = False
+            for batch in self.isolation.batches(self.partitions, time.monotonic()):
+                if waited and batch.suspects is not None:
+                    # One lock wait per poll at most: the renewals must not wait for a
+                    # row of every suspect in turn. The others are tried at the next poll.
+                    continue
+                result = self._cycle(batch)
+                if isinstance(result, CycleResult):
+                    full = full or result.full
+                    delivered += len(result.deliveries)
+                else:
+                    waited = waited or result
+        self.leasing.release_drained(self._awaited, self._pending_idents)
         if self.burst and not self.stopping.is_set() and self._burst_done(delivered, pending):
             logger.info("burst finished: nothing deliverable name=%s", self.name)
             self.stop()
         return 0.0 if full else poll
 
     # ------------------------------------------------------------------ steps of a tick
+
+    def _cycle(self, batch: Batch) -> CycleResult | bool:
+        """Run one poll cycle over ``batch``'s partitions and apply it. When it failed and
+        was set aside (see :mod:`.isolation`), return whether it failed waiting for a lock;
+        False also when there was nothing to run."""
+        members = batch.partitions
+        # Outcomes of these partitions, and of partitions no longer held (dropped as done).
+        outcomes = [o for o in self._pending if o.partition.ident in members
+                    or self.partitions.get(o.partition.ident) is not o.partition]
+        if not members and not outcomes:
+            return False
+        elsewhere = sum(p.in_flight_count() for ident, p in self.partitions.items()
+                        if ident not in members)
+        idle_threads = max(0, self.concurrency - self.dispatcher.busy)
+        started = time.monotonic()
+        try:
+            self.session.ensure()
+            result = self.cycle.run(members, outcomes, self.capacity - elsewhere, idle_threads)
+        except Exception as exc:
+            # The cycle changed partition state that its transaction did not commit:
+            # rebuild these windows from the database before the next delivery.
+            for partition in members.values():
+                partition.unreliable()
+            contention = is_transient(exc)
+            if is_disconnect(exc) or (contention and not has_row_locks(connections[self.using])):
+                raise  # every partition would fail alike: the whole step is retried
+            self._set_aside(batch, exc, contention)
+            return contention
+        self.isolation.succeeded(batch)
+        took = time.monotonic() - started
+        self.cycles += 1
+        self.longest_cycle = max(self.longest_cycle, took)
+        if took > SLOW_CYCLE:
+            logger.warning("slow poll cycle seconds=%.2f partitions=%s deliveries=%s",
+                           took, len(members), len(result.deliveries))
+        self._apply(result)
+        return result
+
+    def _set_aside(self, batch: Batch, exc: Exception, contention: bool) -> None:
+        """A cycle failed: try its partitions apart from the others from now on, and
+        release one that keeps failing alone."""
+        members = batch.partitions
+        names = ",".join(sorted(f"{g}:{t}/{n}" for g, t, n in members)[:10])
+        error = loggable(" ".join(f"{type(exc).__name__}: {exc}".split()), 300)
+        if contention:
+            logger.warning("poll cycle failed, trying its partitions apart from the others "
+                           "partitions=%s error=%s", names, error)
+        else:
+            logger.error("poll cycle failed, trying its partitions apart from the others "
+                         "partitions=%s error=%s", names, error, exc_info=exc)
+            # A connection an unexpected error left in doubt is replaced.
+            with contextlib.suppress(Exception):
+                connections[self.using].close()
+        if self.isolation.failed(batch, contention, time.monotonic()):
+            [partition] = members.values()
+            logger.error("releasing a partition whose poll cycle keeps failing; its window "
+                         "will be read afresh group=%s topic=%s partition=%s failures=%s",
+                         partition.group, partition.topic, partition.number, RELEASE_AFTER)
+            self.session.ensure()  # a connection opened afresh gets its bounds first
+            self.leasing.give_up(partition)
 
     def _sequence(self, head: int) -> tuple[int, bool]:
         """Sequence the backlog, a few batches per poll; return the new log head and whether
@@ -333,8 +390,16 @@ class Worker:
     def _may_extend(self, ident: Ident, offset: int) -> bool:
         return self.dispatcher.may_extend(ident, offset, self.conf.max_handler_time)
 
-    def _given_up(self, ident: Ident, offset: int) -> bool:
-        return self.dispatcher.overdue(ident, offset, self.conf.max_handler_time)
+    def _awaited(self, ident: Ident, offset: int) -> bool:
+        """Whether a handler of this message runs (or waits for a thread) here and has
+        not been given up on."""
+        return (self.dispatcher.is_running(ident, offset)
+                and not self.dispatcher.overdue(ident, offset, self.conf.max_handler_time))
+
+    def _pending_idents(self) -> set[Ident]:
+        """Partitions with a handler outcome not recorded yet (reported ones included)."""
+        self._drain_outcomes()
+        return {o.partition.ident for o in self._pending}
 
     def _burst_done(self, delivered: int, pending: bool) -> bool:
         now_ms = self.clock.now_ms()

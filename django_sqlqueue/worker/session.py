@@ -9,6 +9,11 @@ longer than a lease: by then the lease may be taken over anyway, and ending the 
 releases the locks. MariaDB (``idle_transaction_timeout``) and PostgreSQL
 (``idle_in_transaction_session_timeout``) can; MySQL and SQLite cannot, see
 docs/consuming.md.
+
+The other way round, the worker waits for a lock another transaction holds (an operator's
+``repartition`` or ``forget``, a forgotten transaction) at most a quarter of a lease
+(never more than LOCK_WAIT): the cycle then fails for the partitions it touched, is
+retried without them, and the lease renewals never stop meanwhile.
 """
 
 from __future__ import annotations
@@ -19,6 +24,10 @@ from typing import Any
 
 from django.db import connections
 
+from ..db import vendor
+
+LOCK_WAIT = 2.0  # seconds, the longest wait for a lock of the worker's poll loop
+
 
 class SessionBounds:
     """Applies the bounds to the worker thread's connection, again after each reconnect."""
@@ -26,6 +35,7 @@ class SessionBounds:
     def __init__(self, using: str, idle_transaction_seconds: float) -> None:
         self.using = using
         self.seconds = max(1, math.ceil(idle_transaction_seconds))
+        self.lock_wait = min(LOCK_WAIT, idle_transaction_seconds / 4)
         self._applied_to: Any = None  # the DB-API connection the bounds were set on
 
     def ensure(self) -> None:
@@ -35,9 +45,8 @@ class SessionBounds:
         raw = connection.connection
         if raw is self._applied_to:
             return
-        sql = self._statement(connection)
-        if sql:
-            with connection.cursor() as cursor:
+        with connection.cursor() as cursor:
+            for sql in self._statements(connection):
                 cursor.execute(sql)
         self._applied_to = raw
 
@@ -47,16 +56,17 @@ class SessionBounds:
         connection = connections[self.using]
         if connection.connection is None or connection.connection is not self._applied_to:
             return
-        sql = self._statement(connection, "DEFAULT")
-        if sql:
-            with contextlib.suppress(Exception), connection.cursor() as cursor:
+        with contextlib.suppress(Exception), connection.cursor() as cursor:
+            for sql in self._statements(connection, default=True):
                 cursor.execute(sql)
         self._applied_to = None
 
-    def _statement(self, connection: Any, value: str | None = None) -> str:
+    def _statements(self, connection: Any, default: bool = False) -> list[str]:
+        statements = vendor.lock_timeout_sql(connection, None if default else self.lock_wait)
         if connection.vendor == "postgresql":
-            return ("SET idle_in_transaction_session_timeout = "
-                    f"{value or self.seconds * 1000}")
-        if connection.vendor == "mysql" and getattr(connection, "mysql_is_mariadb", False):
-            return f"SET SESSION idle_transaction_timeout = {value or self.seconds}"
-        return ""
+            statements.append("SET idle_in_transaction_session_timeout = "
+                              f"{'DEFAULT' if default else self.seconds * 1000}")
+        elif connection.vendor == "mysql" and getattr(connection, "mysql_is_mariadb", False):
+            statements.append("SET SESSION idle_transaction_timeout = "
+                              f"{'DEFAULT' if default else self.seconds}")
+        return statements
