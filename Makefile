@@ -218,10 +218,12 @@ admin: $(VENV)/.stamp-base
 	$(PY) example_project/manage.py runserver $(ADMIN_ADDRESS)
 
 lint: $(VENV)/.stamp-spark
+	@echo "sqlqueue: [$$(date +%T)] $@"
 	$(PY) -m ruff check $(LINT_PATHS)
 	DATABASE_URL='$(SQLITE_URL)' $(PY) -m mypy django_sqlqueue
 
 check-migrations: $(VENV)/.stamp-dev
+	@echo "sqlqueue: [$$(date +%T)] $@"
 	DATABASE_URL='$(SQLITE_URL)' DJANGO_SETTINGS_MODULE=tests.settings \
 	  $(PY) -m django makemigrations --check --dry-run
 
@@ -249,6 +251,7 @@ COMPAT_SUITES = $(if $(IS_CI),$(foreach b,$(BACKENDS),$(call suite,Python $(COMP
 
 test-matrix: export SQLQUEUE_REQUIRE_SPARK := 1
 test-matrix: $(VENV)/.stamp-spark $(if $(IS_CI),$(COMPAT_VENV)/.stamp-dev) | provision
+	@echo "sqlqueue: [$$(date +%T)] $@"
 	@mkdir -p $(TEST_DATA)
 	$(PY) -m tests.matrix \
 	  $(foreach b,$(BACKENDS),$(call suite,Python $(BASE_VERSION) / Django $(DJANGO_SERIES): $(call backend_name,$(b)),$(PY),$(call backend_url,$(b)),$(PYTEST_ARGS))) \
@@ -281,6 +284,7 @@ chaos: $(VENV)/.stamp-dev | provision
 	DATABASE_URL='$(CHAOS_DATABASE_URL)' $(PY) -m tests.chaos.run --seconds $(CHAOS_SECONDS) $(CHAOS_ARGS)
 
 chaos-short: $(VENV)/.stamp-dev | provision
+	@echo "sqlqueue: [$$(date +%T)] $@"
 	DATABASE_URL='$(MYSQL_URL)' $(PY) -m tests.chaos.run --seconds $(CHAOS_SHORT_SECONDS) \
 	  --drain-timeout 180 $(CHAOS_ARGS)
 
