@@ -161,7 +161,7 @@ endef
 .PHONY: help demo admin test test-matrix test-full test-backends test-compat test-wheel lint check-migrations bench bench-spark chaos chaos-short provision clean FORCE
 
 help:
-	@sed -n '3,28s/^# \{0,1\}//p' $(firstword $(MAKEFILE_LIST))
+	@sed -n '3,30s/^# \{0,1\}//p' $(firstword $(MAKEFILE_LIST))
 
 # The venv marker is re-checked on every run but only rewritten when the interpreter
 # changes, so the install stamps below are redone only when needed.
