@@ -105,5 +105,9 @@ def test_a_transactions_messages_keep_publish_order_while_a_sequencer_loops():
     inverted = [offsets for offsets in published
                 if [positions[o] for o in offsets] != sorted(positions[o] for o in offsets)]
     assert sum(len(offsets) for offsets in published) == KEYS * PER_KEY
-    assert rounds > KEYS
+    if connection.vendor != "sqlite":
+        assert rounds > KEYS  # the sequencer really ran between the transactions
+    # SQLite: one writer at a time, so a publisher's transaction holds the sequencer back
+    # (on a loaded machine for the whole run); commits cannot interleave, and the order
+    # below is what must hold there.
     assert len(inverted) == 0, f"{len(inverted)} of {KEYS} transactions positioned out of order"
