@@ -102,3 +102,37 @@ def test_a_replay_still_reaches_only_the_group_that_failed_it(two_groups):
         ("billing", "order-42")
     assert handled["billing"] == ["order-42", after.id]
     assert handled["shipping"] == ["order-42", after.id]  # passed over the replay
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_replay_that_fails_again_is_a_plain_dead_letter_for_the_dead_letter_topics_groups(
+        two_groups):
+    registered, handled = two_groups
+    audited: list[tuple[str, str]] = []
+
+    @sqlqueue.subscriber(f"{TOPIC}_dlq", group="audit")
+    def audit(message: sqlqueue.Message) -> None:
+        assert message.dead_letter is not None
+        audited.append((message.dead_letter.original_id, message.dead_letter.group))
+
+    everyone = [*registered, *[s for s in subscriptions() if s.group == "audit"]]
+    try:
+        sqlqueue.publish(TOPIC, {"order": 42}, key="c-42", id="order-42")
+        assert Worker(everyone, name="first-run", burst=True).run() == 0
+        assert ops.replay(ops.DeadLetterFilter(topic=TOPIC)).replayed == 1
+        assert Worker(everyone, name="replay-fails", burst=True).run() == 0  # billing still fails
+
+        second = QueueMessage.objects.get(topic=f"{TOPIC}_dlq")
+        assert GROUP_HEADER not in second.metadata
+        assert second.original_id == "order-42"
+        # The audit group, consuming the dead-letter topic, handled both copies: the
+        # second one is not passed over as if it were billing's replay.
+        assert audited == [("order-42", "billing"), ("order-42", "billing")]
+
+        handled["failing"]["billing"] = False  # type: ignore[index]
+        assert ops.replay(ops.DeadLetterFilter(topic=TOPIC)).replayed == 1
+        assert Worker(everyone, name="fixed", burst=True).run() == 0
+        assert handled["billing"] == ["order-42"]  # the id it was published with
+        assert handled["shipping"] == ["order-42"]
+    finally:
+        unregister(f"{TOPIC}_dlq", "audit")

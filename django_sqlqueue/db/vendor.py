@@ -182,6 +182,15 @@ def json_with_strings_sql(connection: BaseDatabaseWrapper, document: str,
     return f"{function}({document}, {pairs})"
 
 
+def json_without_sql(connection: BaseDatabaseWrapper, document: str, name: str) -> str:
+    """SQL for the JSON object ``document`` without its member ``name`` (a constant
+    without quotes); the document unchanged when it has no such member."""
+    if connection.vendor == "postgresql":
+        return f"({document} - '{name}')"
+    function = "JSON_REMOVE" if connection.vendor == "mysql" else "json_remove"
+    return f"{function}({document}, '$.\"{name}\"')"
+
+
 def correlated_ranges(connection: BaseDatabaseWrapper) -> bool:
     """Whether a subquery's bound on an index column that comes from the outer row
     (``m.position > o.offset_acked``) is read as an index range from that value. MariaDB

@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from typing import Any, NamedTuple
 
@@ -11,6 +12,7 @@ from ..db import vendor
 from ..db.errors import check_refusal
 from ..encoding import NewRow
 from ..exceptions import InvalidMessage
+from ..replays import GROUP_HEADER
 from .fields import GROUP_LENGTH, ID_LENGTH, KEY_LENGTH, TOPIC_LENGTH, storable_error
 
 
@@ -60,6 +62,14 @@ class DeadLetterSource(NamedTuple):
     payload_json: str
     headers_json: str
     published_at_ms: int
+
+
+def _without_replay_group(headers_json: str) -> str:
+    headers = json.loads(headers_json)
+    if isinstance(headers, dict) and GROUP_HEADER in headers:
+        del headers[GROUP_HEADER]
+        return json.dumps(headers)
+    return headers_json
 
 
 def message_row(values: Sequence[Any]) -> MessageRow:
@@ -335,13 +345,19 @@ class QueueMessageManager(models.Manager["QueueMessage"]):
         copy_id = f"{group}:{original.offset}"
         columns = ", ".join(q(c) for c in _DEAD_LETTER_COLUMNS)
         prefix, suffix = sqlb.insert_ignore(connection, IDEMPOTENCY_COLUMNS)
+        # The copy of a replay that failed again is a plain message of the dead-letter
+        # topic: without the replay's group header, which would make every other group
+        # consuming that topic pass over it. Its original_id is the id the handler saw
+        # (the first original's, not "replay:..."), so replaying it again keeps that id.
+        headers = vendor.json_without_sql(connection, q("metadata"), GROUP_HEADER)
         inserted = sqlb.execute(
             connection,
             f"{prefix} {q('queue_messages')} ({columns}) "  # noqa: S608 - names quoted, values bound
-            f"SELECT %s, {q('message_key')}, '', %s, {q('payload')}, {q('metadata')}, {now}, %s, "
-            f"%s, {q('topic')}, {q('offset')}, %s, {now}, {q('published_at')}, {now}, {q('id')} "
+            f"SELECT %s, {q('message_key')}, '', %s, {q('payload')}, {headers}, {now}, %s, "
+            f"%s, {q('topic')}, {q('offset')}, %s, {now}, {q('published_at')}, {now}, %s "
             f"FROM {q('queue_messages')} WHERE {q('offset')} = %s{suffix}",
-            [dlq_topic, copy_id, attempts, storable_error(error), group, original.offset],
+            [dlq_topic, copy_id, attempts, storable_error(error), group, original.id,
+             original.offset],
         )
         if inserted or self.using(using).filter(
                 topic=dlq_topic, message_key=original.key, message_id=copy_id).exists():
@@ -351,7 +367,8 @@ class QueueMessageManager(models.Manager["QueueMessage"]):
             connection,
             f"{prefix} {q('queue_messages')} ({columns}) VALUES (%s, %s, '', %s, {json_param}, "
             f"{json_param}, {now}, %s, %s, %s, %s, %s, {now}, %s, {now}, %s){suffix}",
-            [dlq_topic, original.key, copy_id, original.payload_json, original.headers_json,
+            [dlq_topic, original.key, copy_id, original.payload_json,
+             _without_replay_group(original.headers_json),
              attempts, storable_error(error), original.topic, original.offset, group,
              original.published_at_ms, original.id],
         )
