@@ -88,6 +88,10 @@ POSTGRES_URL ?= postgres://postgres@127.0.0.1:5432/test
 COMPAT_SQLITE_URL ?= sqlite:///$(TEST_DATA)/compat.sqlite3
 COMPAT_MYSQL_URL ?= mysql://root@127.0.0.1:3306/compat
 COMPAT_POSTGRES_URL ?= postgres://postgres@127.0.0.1:5432/compat
+# make test runs the tests that start a Spark session (marked spark) once, against MariaDB
+# in a database of their own, beside the suites; every backend runs the data source
+# without a JVM (tests/test_spark_protocol.py).
+SPARK_URL ?= mysql://root@127.0.0.1:3306/spark
 # What the Python 3.11 run covers on MariaDB and PostgreSQL under make test: the
 # migrations, the system checks and publishing (the rest runs there on Python 3.13, and
 # on SQLite in full on Python 3.11).
@@ -252,12 +256,19 @@ compat_url = $(if $(filter sqlite,$(1)),$(COMPAT_SQLITE_URL),$(if $(filter mysql
 # migrations, checks and publishing. The spark extra is not installed there.
 COMPAT_SUITES = $(if $(IS_CI),$(foreach b,$(BACKENDS),$(call suite,Python $(COMPAT_VERSION) / Django $(COMPAT_DJANGO_SERIES): $(call backend_name,$(b)),$(COMPAT_PY),$(call compat_url,$(b)),-m "not spark" $(if $(filter sqlite,$(b)),,$(COMPAT_SMOKE_TESTS)) $(PYTEST_ARGS))))
 
+# The Spark session's tests against one backend, in a database of their own: MariaDB
+# when it is in BACKENDS, else PostgreSQL, else SQLite.
+SPARK_BACKEND = $(firstword $(filter mysql,$(BACKENDS)) $(filter postgres,$(BACKENDS)) sqlite)
+SPARK_SUITE_URL = $(if $(filter mysql,$(SPARK_BACKEND)),$(SPARK_URL),$(if $(filter postgres,$(SPARK_BACKEND)),postgres://postgres@127.0.0.1:5432/spark,sqlite:///$(TEST_DATA)/spark.sqlite3))
+SPARK_SUITE = $(call suite,Python $(BASE_VERSION): Spark sessions on $(call backend_name,$(SPARK_BACKEND)),$(PY),$(SPARK_SUITE_URL),-m spark $(PYTEST_ARGS))
+
 test-matrix: export SQLQUEUE_REQUIRE_SPARK := 1
 test-matrix: $(VENV)/.stamp-spark $(if $(IS_CI),$(COMPAT_VENV)/.stamp-dev) | provision
 	@echo "sqlqueue: [$$(date +%T)] $@"
 	@mkdir -p $(TEST_DATA)
 	$(PY) -m tests.matrix \
-	  $(foreach b,$(BACKENDS),$(call suite,Python $(BASE_VERSION) / Django $(DJANGO_SERIES): $(call backend_name,$(b)),$(PY),$(call backend_url,$(b)),$(PYTEST_ARGS))) \
+	  $(foreach b,$(BACKENDS),$(call suite,Python $(BASE_VERSION) / Django $(DJANGO_SERIES): $(call backend_name,$(b)),$(PY),$(call backend_url,$(b)),-m "not spark" $(PYTEST_ARGS))) \
+	  $(SPARK_SUITE) \
 	  $(COMPAT_SUITES) \
 	  '$(WHEEL_SUITE)'
 

@@ -8,6 +8,7 @@ import pytest
 
 import django_sqlqueue as sqlqueue
 from django_sqlqueue.models import ConsumerOffset, DeliveryState, QueueMessage
+from django_sqlqueue.operations.names import database_now_ms
 from tests.testapp.models import Handled
 from tests.worker_harness import position_of, wait_until, worker_pool
 
@@ -79,19 +80,26 @@ def test_strict_mode_keeps_a_keys_later_messages_behind_its_delayed_head(workers
     head = sqlqueue.publish("keyed", {"n": 0}, key="k", delay=3)
     sqlqueue.publish_many("keyed", [{"payload": {"n": n}, "key": "k"} for n in range(1, 4)])
     sqlqueue.publish_many("keyed", [{"payload": {}, "key": f"free{n}"} for n in range(5)])
+    due_at = QueueMessage.objects.get(offset=head.offset).deliver_at / 1000
 
     wait_until(lambda: handled("keyed", [f"free{n}" for n in range(5)]) == 5,
                what="the other keys", watch=[worker])
-    assert not Handled.objects.filter(key="k").exists()  # all of "k" waits for its head
     wait_until(lambda: Handled.objects.filter(key="k").count() == 4, timeout=15,
                what="the delayed head and the messages behind it", watch=[worker])
     runs = list(Handled.objects.filter(key="k").order_by("id"))
     assert [r.payload["n"] for r in runs] == [0, 1, 2, 3]
     assert runs[0].offset == head.offset
+    # All of "k" waited for its head's due time (the handlers' clock is this machine's, as
+    # the database's is); the other keys did not.
+    assert min(r.handled_at for r in runs) >= due_at - 0.05
+    free = Handled.objects.filter(key__startswith="free").values_list("handled_at", flat=True)
+    assert max(free) < min(r.handled_at for r in runs)
 
 
 def test_a_delayed_message_is_delivered_when_due_after_gc_and_a_restart(workers):
-    late = sqlqueue.publish("manykeys", {"n": "late"}, key="late", delay=6)
+    # Due in an hour, so that however slow this machine is, it cannot come due while GC
+    # runs; the test moves its due time once the first worker is gone.
+    late = sqlqueue.publish("manykeys", {"n": "late"}, key="late", delay=3600)
     others = sqlqueue.publish_many("manykeys", [{"payload": {"n": n}, "key": f"k{n}"}
                                                 for n in range(300)])
     fast_gc = {"GC_INTERVAL": 0.2}
@@ -101,12 +109,15 @@ def test_a_delayed_message_is_delivered_when_due_after_gc_and_a_restart(workers)
     # GC deletes everything but the waiting message, whose delivery row alone is left.
     wait_until(lambda: set(QueueMessage.objects.filter(topic="manykeys")
                            .values_list("offset", flat=True)) == {late.offset},
-               timeout=10, what="GC leaving only the delayed message", watch=[first])
+               timeout=30, what="GC leaving only the delayed message", watch=[first])
     assert list(DeliveryState.objects.filter(topic="manykeys").values_list(
         "message_offset", "parked", "acked")) == [(late.offset, 1, False)]
     assert not Handled.objects.filter(offset=late.offset).exists()
     first.terminate()
     first.wait_exit(15)
+    # An hour passes: the parked row comes due in a second.
+    DeliveryState.objects.filter(topic="manykeys", message_offset=late.offset).update(
+        invisible_until=database_now_ms("default") + 1000)
 
     second = workers.start("second", "--topic", "manykeys", settings=fast_gc)
     wait_until(lambda: Handled.objects.filter(offset=late.offset).exists(), timeout=15,
