@@ -8,10 +8,11 @@ interleave their lines. Used by ``make test``::
 
     python -m tests.matrix 'MariaDB=.venv/bin/python|mysql://root@127.0.0.1:3306/test|-m "not slow"'
 
-Each argument is ``TITLE=PYTHON|DATABASE_URL|PYTEST ARGS`` (the arguments are split as
-a shell would), or ``TITLE=!COMMAND`` for a check that is not pytest (the wheel's). A
-server that cannot be reached fails the run under CI=true and skips the suite loudly
-otherwise. Exits 0 when every suite passed, else 1.
+Each argument is ``TITLE=PYTHON|DATABASE_URL|PYTEST ARGS`` (PYTHON and the arguments are
+split as a shell would, so PYTHON may be ``env NAME=VALUE python``), or
+``TITLE=!COMMAND`` for a check that is not pytest (the wheel's). A server that cannot be
+reached fails the run under CI=true and skips the suite loudly otherwise. Exits 0 when
+every suite passed, else 1.
 """
 
 from __future__ import annotations
@@ -62,7 +63,7 @@ def unreachable(suite: Suite, env: dict[str, str]) -> str | None:
     if suite.command is not None or suite.database_url.startswith("sqlite"):
         return None
     probe = subprocess.run(
-        [suite.python, "-m", "tests.backends"], cwd=REPO_ROOT, env=env,
+        [*shlex.split(suite.python), "-m", "tests.backends"], cwd=REPO_ROOT, env=env,
         capture_output=True, text=True, check=False,
     )
     if probe.returncode == 0:
@@ -83,7 +84,7 @@ def start(suite: Suite) -> None:
         return
     slug = "".join(c if c.isalnum() else "-" for c in suite.title.lower()).strip("-")
     suite.log = LOG_DIR / f"{slug}.log"
-    command = suite.command or [suite.python, "-m", "pytest", *suite.pytest_args]
+    command = suite.command or [*shlex.split(suite.python), "-m", "pytest", *suite.pytest_args]
     print(f"matrix: {suite.title}: started ({suite.database_url or shlex.join(command)})",
           flush=True)
     suite.started = time.monotonic()

@@ -10,7 +10,7 @@ import django_sqlqueue as sqlqueue
 from django_sqlqueue.models import ConsumerOffset, DeliveryState
 from django_sqlqueue.operations.control import deliver_now
 from tests.testapp.models import Handled
-from tests.worker_harness import partition_of, position_of, wait_until, worker_pool
+from tests.worker_harness import keys_in_partition, partition_of, position_of, wait_until, worker_pool
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.worker]
 
@@ -19,15 +19,6 @@ pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.worker]
 def workers(transactional_db, tmp_path):  # type: ignore[no-untyped-def]
     with worker_pool(tmp_path) as pool:
         yield pool
-
-
-def keys_in_partition(topic: str, partition: str, count: int) -> list[str]:
-    keys, n = [], 0
-    while len(keys) < count:
-        if partition_of(topic, f"k{n}") == partition:
-            keys.append(f"k{n}")
-        n += 1
-    return keys
 
 
 def progress(group: str, topic: str, partition: str) -> tuple[int, int]:

@@ -276,6 +276,18 @@ def partition_of(topic: str, key: str) -> str:
     return str(partition_for(key, count or get_settings().partitions_for(topic)))
 
 
+def keys_in_partition(topic: str, partition: str, count: int, prefix: str = "k") -> list[str]:
+    """``count`` keys (``<prefix><n>``) that map to ``partition`` of ``topic``."""
+    partitions = (Topic.objects.filter(topic=topic).values_list("partitions", flat=True).first()
+                  or get_settings().partitions_for(topic))
+    keys, n = [], 0
+    while len(keys) < count:
+        if str(partition_for(f"{prefix}{n}", partitions)) == partition:
+            keys.append(f"{prefix}{n}")
+        n += 1
+    return keys
+
+
 def watermark(group: str, topic: str, key: str) -> int:
     """The group's watermark (a log position) for the partition ``key`` maps to; 0 before
     it has one. Every message of the key at or below it has been acked."""
