@@ -220,7 +220,7 @@ class SqlQueueStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         try:
             if self.options.group is not None:
                 with self._conn.atomic():
-                    heartbeats.deregister(self._conn, self.options.group, self.name)
+                    heartbeats.deregister(self._conn, self.name, group=self.options.group)
         finally:
             self._conn.close()
             self._conn = None
