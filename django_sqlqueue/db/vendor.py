@@ -169,6 +169,12 @@ def json_param_sql(connection: Vendored) -> str:
     return "CAST(%s AS jsonb)" if connection.vendor == "postgresql" else "%s"
 
 
+def json_text_sql(connection: Vendored, column: str) -> str:
+    """A JSON column read as the JSON text stored: psycopg decodes ``jsonb`` into Python
+    values, MySQL and SQLite return the text as it is."""
+    return f"{column}::text" if connection.vendor == "postgresql" else column
+
+
 def text_sql(connection: Vendored, expression: str) -> str:
     """``expression`` (a number, say) as text."""
     if connection.vendor == "mysql":

@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from ..db import vendor
 from .connection import Connection
 
 # What a read returns, in order; payload and headers as JSON text.
@@ -21,8 +22,8 @@ READ_COLUMNS = (
 
 
 def _json_text(conn: Connection, column: str) -> str:
-    # psycopg decodes jsonb; the data source hands JSON text on, as stored.
-    return f"{conn.q(column)}::text" if conn.vendor == "postgresql" else conn.q(column)
+    # The data source hands JSON text on, as stored.
+    return vendor.json_text_sql(conn, conn.q(column))
 
 
 def _select_list(conn: Connection) -> str:
