@@ -70,7 +70,12 @@ class Connection:
     def __init__(self, raw: Any, vendor: str, *, mariadb: bool = False) -> None:
         self.raw = raw
         self.vendor = vendor
-        self.mysql_is_mariadb = mariadb  # named as on Django's MySQL connection
+        self._mariadb = mariadb
+
+    @property
+    def mysql_is_mariadb(self) -> bool:
+        """Whether the server is MariaDB (named as on Django's MySQL connection)."""
+        return self._mariadb
 
     # ------------------------------------------------------------------ SQL text
 
@@ -175,9 +180,13 @@ class DjangoConnection(Connection):
         from django.db import connections
 
         wrapper = wrapper or connections[using]
-        super().__init__(wrapper, wrapper.vendor,
-                         mariadb=wrapper.vendor == "mysql" and bool(wrapper.mysql_is_mariadb))
+        super().__init__(wrapper, wrapper.vendor)
         self.using = using
+
+    @property
+    def mysql_is_mariadb(self) -> bool:
+        # Asked only when a statement needs it: the first answer costs Django a query.
+        return self.vendor == "mysql" and bool(self.raw.mysql_is_mariadb)
 
     def _sql(self, sql: str) -> str:
         return sql
