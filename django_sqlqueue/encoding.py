@@ -227,7 +227,7 @@ def _validate_headers(headers: Any) -> dict[str, str]:
         if name.lower().startswith(RESERVED_PREFIX):
             # Workers act on these (a replay's group makes every other group pass over the
             # message), so only the queue writes them: replays are built in the database
-            # from the dead-letter row (models.dead_letters.insert_replays), never here.
+            # from the dead-letter row (store.dead_letters.insert_replays), never here.
             raise InvalidMessage(
                 f"header {name!r} is reserved: names starting with {RESERVED_PREFIX!r} are "
                 "set by the queue itself; use another name")

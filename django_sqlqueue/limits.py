@@ -12,3 +12,17 @@ GROUP_LENGTH = 100
 SUBSCRIBER_NAME_LENGTH = 255
 ERROR_LENGTH = 10_000  # characters of a handler's error kept (MySQL TEXT holds 64 KiB)
 DEFAULT_MAX_PAYLOAD_BYTES = 1024 * 1024  # SQLQUEUE["MAX_PAYLOAD_BYTES"]'s default
+
+
+def storable_error(text: str) -> str:
+    """``text`` as every backend can store it in an error column: NUL characters (which
+    PostgreSQL refuses) and lone surrogates (which no UTF-8 column takes, and which a file
+    name decoded with ``surrogateescape`` brings along) written out as escapes, and cut
+    to ERROR_LENGTH characters."""
+    if "\x00" in text:
+        text = text.replace("\x00", "\\x00")
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        text = text.encode("utf-8", "backslashreplace").decode("utf-8")
+    return text[:ERROR_LENGTH]

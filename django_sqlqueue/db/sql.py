@@ -13,12 +13,13 @@ from typing import Any
 from django.db.backends.base.base import BaseDatabaseWrapper
 
 from . import vendor
+from .vendor import Vendored
 
 # SQLite refuses compound SELECTs with more than 500 terms; stay well below.
 MAX_UNION_BRANCHES = 200
 
 
-def quoter(connection: BaseDatabaseWrapper) -> Callable[[str], str]:
+def quoter(connection: Vendored) -> Callable[[str], str]:
     """A ``q(name)`` function quoting identifiers for this connection."""
     return lambda name: vendor.quote(connection, name)
 
@@ -39,13 +40,13 @@ def union_all(branches: Sequence[str]) -> str:
     )
 
 
-def locked_table(connection: BaseDatabaseWrapper, table: str, index: str | None = None) -> str:
+def locked_table(connection: Vendored, table: str, index: str | None = None) -> str:
     """``table`` for an UPDATE or a locking SELECT that must read only the rows it names
     (see :func:`vendor.force_index_sql`)."""
     return vendor.quote(connection, table) + vendor.force_index_sql(connection, index)
 
 
-def delete_from(connection: BaseDatabaseWrapper, table: str, index: str | None = None) -> str:
+def delete_from(connection: Vendored, table: str, index: str | None = None) -> str:
     """``DELETE FROM table`` reading only the rows it names: MySQL takes index hints only
     in its multi-table form, ``DELETE t FROM t FORCE INDEX (...)``."""
     name = vendor.quote(connection, table)
@@ -72,7 +73,7 @@ def execute(connection: BaseDatabaseWrapper, sql: str, params: Sequence[Any]) ->
 
 
 def on_conflict_update(
-    connection: BaseDatabaseWrapper, table: str, conflict_columns: Sequence[str],
+    connection: Vendored, table: str, conflict_columns: Sequence[str],
     assignments: Mapping[str, str],
 ) -> str:
     """The tail of an ``INSERT`` that updates the existing row on a key conflict.
@@ -94,7 +95,7 @@ def on_conflict_update(
     return f" ON CONFLICT ({', '.join(q(c) for c in conflict_columns)}) DO UPDATE SET {sets}"
 
 
-def insert_ignore(connection: BaseDatabaseWrapper, conflict_columns: Sequence[str]) -> tuple[str, str]:
+def insert_ignore(connection: Vendored, conflict_columns: Sequence[str]) -> tuple[str, str]:
     """(prefix, suffix) for an INSERT that silently skips rows whose key already exists.
 
     On MySQL this is ``INSERT IGNORE``, which also turns data errors (a value too long for

@@ -1,7 +1,9 @@
 """Everything that differs between MySQL/MariaDB, PostgreSQL and SQLite.
 
 Table modules ask this module for SQL fragments (the database clock, locking clauses,
-upserts) instead of testing ``connection.vendor`` themselves.
+upserts) instead of testing ``connection.vendor`` themselves. The fragments need only the
+connection's ``vendor`` (:class:`Vendored`), so a Django connection and a plain DB-API
+:class:`django_sqlqueue.store.connection.Connection` (a Spark driver's) get the same SQL.
 """
 
 from __future__ import annotations
@@ -9,16 +11,27 @@ from __future__ import annotations
 import math
 from collections.abc import Iterator
 from contextlib import contextmanager
+from typing import Protocol
 
 from django.db import DatabaseError
 from django.db.backends.base.base import BaseDatabaseWrapper
 
 
-def quote(connection: BaseDatabaseWrapper, name: str) -> str:
-    return connection.ops.quote_name(name)
+class Vendored(Protocol):
+    """A connection as far as SQL text is concerned: which database it talks to."""
+
+    @property
+    def vendor(self) -> str: ...
 
 
-def now_ms_sql(connection: BaseDatabaseWrapper) -> str:
+def quote(connection: Vendored, name: str) -> str:
+    """An identifier quoted as Django's ``quote_name`` quotes it on each backend."""
+    if connection.vendor == "mysql":
+        return f"`{name}`"
+    return f'"{name}"'
+
+
+def now_ms_sql(connection: Vendored) -> str:
     """SQL for the database server's current time in epoch milliseconds.
 
     All queue timing (visibility, leases, delays) uses the server's clock so that a
@@ -51,7 +64,7 @@ def supports_returning(connection: BaseDatabaseWrapper) -> bool:
     return True
 
 
-def duplicate_check_locks(connection: BaseDatabaseWrapper) -> bool:
+def duplicate_check_locks(connection: Vendored) -> bool:
     """Whether an INSERT that skips duplicates locks the stored row it collides with.
 
     InnoDB's duplicate-key check takes a shared lock on the stored row's unique-index
@@ -78,7 +91,7 @@ def insert_select_reads_unlocked(connection: BaseDatabaseWrapper) -> bool:
     return level is not None and str(level).lower() in {"read committed", "read uncommitted"}
 
 
-def skip_locked_sql(connection: BaseDatabaseWrapper) -> str:
+def skip_locked_sql(connection: Vendored) -> str:
     """Lock the selected rows but pass over rows other transactions hold.
 
     SQLite has no row locks: its writers are serialized by the database lock, which the
@@ -89,7 +102,7 @@ def skip_locked_sql(connection: BaseDatabaseWrapper) -> str:
     return " FOR UPDATE SKIP LOCKED"
 
 
-def for_share_sql(connection: BaseDatabaseWrapper, skip_locked: bool = False) -> str:
+def for_share_sql(connection: Vendored, skip_locked: bool = False) -> str:
     """A shared row lock that blocks writers (used to fence lease ownership); with
     ``skip_locked``, rows another transaction holds are passed over instead of waited for."""
     if connection.vendor == "sqlite":
@@ -100,7 +113,7 @@ def for_share_sql(connection: BaseDatabaseWrapper, skip_locked: bool = False) ->
     return " FOR SHARE" + skip
 
 
-def has_row_locks(connection: BaseDatabaseWrapper) -> bool:
+def has_row_locks(connection: Vendored) -> bool:
     """Whether transactions lock rows (MySQL/MariaDB, PostgreSQL), so that one row held
     elsewhere holds up only the statements that touch it. SQLite locks the whole
     database: there, a wait concerns every statement alike."""
@@ -126,7 +139,7 @@ def lock_timeout_sql(connection: BaseDatabaseWrapper, seconds: float | None) -> 
     return []
 
 
-def force_index_sql(connection: BaseDatabaseWrapper, index: str | None = None) -> str:
+def force_index_sql(connection: Vendored, index: str | None = None) -> str:
     """An index hint pinning a locking statement to ``index`` (default: the primary key).
 
     InnoDB locks every row a locking statement reads, not only the rows it changes. On the
@@ -143,34 +156,40 @@ def force_index_sql(connection: BaseDatabaseWrapper, index: str | None = None) -
     return f" FORCE INDEX ({quote(connection, index) if index else 'PRIMARY'})"
 
 
-def true_sql(connection: BaseDatabaseWrapper) -> str:
+def true_sql(connection: Vendored) -> str:
     return "TRUE" if connection.vendor == "postgresql" else "1"
 
 
-def false_sql(connection: BaseDatabaseWrapper) -> str:
+def false_sql(connection: Vendored) -> str:
     return "FALSE" if connection.vendor == "postgresql" else "0"
 
 
-def json_param_sql(connection: BaseDatabaseWrapper) -> str:
+def json_param_sql(connection: Vendored) -> str:
     """A placeholder for a JSON text parameter, cast where the column type needs it."""
     return "CAST(%s AS jsonb)" if connection.vendor == "postgresql" else "%s"
 
 
-def text_sql(connection: BaseDatabaseWrapper, expression: str) -> str:
+def json_text_sql(connection: Vendored, column: str) -> str:
+    """A JSON column read as the JSON text stored: psycopg decodes ``jsonb`` into Python
+    values, MySQL and SQLite return the text as it is."""
+    return f"{column}::text" if connection.vendor == "postgresql" else column
+
+
+def text_sql(connection: Vendored, expression: str) -> str:
     """``expression`` (a number, say) as text."""
     if connection.vendor == "mysql":
         return f"CAST({expression} AS CHAR)"
     return f"CAST({expression} AS TEXT)"
 
 
-def concat_sql(connection: BaseDatabaseWrapper, *parts: str) -> str:
+def concat_sql(connection: Vendored, *parts: str) -> str:
     """SQL joining text expressions (MySQL's ``||`` is a logical OR)."""
     if connection.vendor == "mysql":
         return f"CONCAT({', '.join(parts)})"
     return "(" + " || ".join(parts) + ")"
 
 
-def json_with_strings_sql(connection: BaseDatabaseWrapper, document: str,
+def json_with_strings_sql(connection: Vendored, document: str,
                           values: dict[str, str]) -> str:
     """SQL for the JSON object ``document`` with string members set: ``values`` maps a
     member name (a constant without quotes) to a text SQL expression."""
@@ -182,7 +201,7 @@ def json_with_strings_sql(connection: BaseDatabaseWrapper, document: str,
     return f"{function}({document}, {pairs})"
 
 
-def json_without_sql(connection: BaseDatabaseWrapper, document: str, name: str) -> str:
+def json_without_sql(connection: Vendored, document: str, name: str) -> str:
     """SQL for the JSON object ``document`` without its member ``name`` (a constant
     without quotes); the document unchanged when it has no such member."""
     if connection.vendor == "postgresql":
@@ -191,7 +210,7 @@ def json_without_sql(connection: BaseDatabaseWrapper, document: str, name: str) 
     return f"{function}({document}, '$.\"{name}\"')"
 
 
-def correlated_ranges(connection: BaseDatabaseWrapper) -> bool:
+def correlated_ranges(connection: Vendored) -> bool:
     """Whether a subquery's bound on an index column that comes from the outer row
     (``m.position > o.offset_acked``) is read as an index range from that value. MariaDB
     and MySQL read it as a lookup on the columns before it, filtered row by row."""

@@ -1,4 +1,9 @@
-"""One module per table; each model's manager holds that table's SQL."""
+"""One module per table; each model's manager runs that table's SQL.
+
+The statements on the tables a Spark job shares (the log, sequencer, topics, offsets,
+heartbeats, archive) are written in :mod:`django_sqlqueue.store`, and their managers call
+them with the Django connection; the other managers hold their table's SQL themselves.
+"""
 
 from .archive import ArchiveMark
 from .controls import GroupControl

@@ -2,17 +2,17 @@ from __future__ import annotations
 
 from django.db import models
 
+from ..store import archive as store_archive
+from ..store.connection import django_connection
 from .fields import KEY_LENGTH, TOPIC_LENGTH
 
 
 class ArchiveMarkManager(models.Manager["ArchiveMark"]):
-    """SQL for ``queue_archive``: how far each partition has been archived."""
+    """``queue_archive`` for Django code; the SQL is :mod:`django_sqlqueue.store.archive`."""
 
     def archived(self, topic: str, using: str) -> dict[str, int]:
         """Per partition of ``topic``, the position up to which its messages are archived."""
-        return {partition: int(position) for partition, position in (
-            self.using(using).filter(topic=topic)
-            .values_list("partition_key", "archived_position"))}
+        return store_archive.marks(django_connection(using), topic)
 
 
 class ArchiveMark(models.Model):

@@ -2,30 +2,19 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from django.db import connections, models
+from django.db import models
 
-from ..db import sql as sqlb
+from ..store import heartbeats as store_heartbeats
+from ..store.connection import django_connection
 from .fields import GROUP_LENGTH, SUBSCRIBER_NAME_LENGTH, TOPIC_LENGTH
 
 
 class SubscriberHeartbeatManager(models.Manager["SubscriberHeartbeat"]):
-    """SQL for ``queue_subscriber_heartbeats``: beat, count the living, deregister."""
+    """``queue_subscriber_heartbeats`` for Django code: beat and deregister (the SQL of
+    :mod:`django_sqlqueue.store.heartbeats`), count the living, prune."""
 
     def beat(self, group: str, topic: str, name: str, now_ms: int, using: str) -> None:
-        connection = connections[using]
-        q = sqlb.quoter(connection)
-        columns = f"{q('consumer_group')}, {q('topic')}, {q('subscriber_name')}"
-        tail = sqlb.on_conflict_update(
-            connection, "queue_subscriber_heartbeats",
-            ("consumer_group", "topic", "subscriber_name"),
-            {"heartbeat_at": "{new}", "deregistered_at": "0"},
-        )
-        sqlb.execute(
-            connection,
-            f"INSERT INTO {q('queue_subscriber_heartbeats')} ({columns}, {q('heartbeat_at')}, "  # noqa: S608 - names quoted, values bound
-            f"{q('deregistered_at')}) VALUES (%s, %s, %s, %s, 0){tail}",
-            [group, topic, name[:SUBSCRIBER_NAME_LENGTH], now_ms],
-        )
+        store_heartbeats.beat(django_connection(using), group, topic, name, now_ms)
 
     def active_counts(self, topics: Sequence[str], alive_after_ms: int,
                       using: str) -> dict[tuple[str, str], int]:
@@ -38,11 +27,7 @@ class SubscriberHeartbeatManager(models.Manager["SubscriberHeartbeat"]):
         return {(group, topic): int(n) for group, topic, n in rows}
 
     def deregister(self, name: str, now_ms: int, using: str) -> int:
-        return (
-            self.using(using)
-            .filter(subscriber_name=name[:SUBSCRIBER_NAME_LENGTH])
-            .update(deregistered_at=now_ms)
-        )
+        return store_heartbeats.deregister(django_connection(using), name, now_ms=now_ms)
 
     def last_seen(self, topics: Sequence[str], using: str) -> dict[tuple[str, str], int]:
         """Per (consumer group, topic), the newest heartbeat (epoch ms) of any of its

@@ -1,9 +1,7 @@
 from __future__ import annotations
 
-from django.db import DatabaseError, connections, models
+from django.db import models
 
-from ..db import sql as sqlb
-from ..db import vendor
 from ..store import sequencer as store_sequencer
 from ..store.connection import django_connection
 
@@ -61,23 +59,7 @@ class LogSequencerManager(models.Manager["LogSequencer"]):
         return self._head(using, name, controls_sql)
 
     def _head(self, using: str, name: str, extra_sql: str) -> tuple[int, bool, int, int]:
-        connection = connections[using]
-        q = sqlb.quoter(connection)
-        pending = (
-            f"(SELECT 1 FROM {q('queue_messages')} WHERE {q('position')} IS NULL "  # noqa: S608 - names quoted, values bound
-            f"LIMIT 1)"
-        )
-        with connection.cursor() as cursor:
-            cursor.execute(
-                f"SELECT (SELECT {q('last_position')} FROM {q('queue_sequencer')} "  # noqa: S608 - names quoted, values bound
-                f"WHERE {q('name')} = %s), {pending}, {vendor.now_ms_sql(connection)}, "
-                f"{extra_sql}",
-                [name],
-            )
-            row = cursor.fetchone()
-        if row is None:  # a SELECT without FROM always returns its one row
-            raise DatabaseError("the sequencer's head query returned no row")
-        return int(row[0] or 0), row[1] is not None, int(row[2]), int(row[3] or 0)
+        return store_sequencer.head(django_connection(using), name, extra_sql)
 
 
 class LogSequencer(models.Model):

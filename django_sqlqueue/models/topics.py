@@ -2,49 +2,27 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from django.db import connections, models
-from django.db.models.expressions import RawSQL
+from django.db import models
 
-from ..db import sql as sqlb
-from ..db import vendor
+from ..store import topics as store_topics
+from ..store.connection import django_connection
 from .fields import TOPIC_LENGTH
 
 
 class TopicManager(models.Manager["Topic"]):
-    """SQL for ``queue_topics``: record partition counts, read them, change one."""
+    """``queue_topics`` for Django code; the SQL is :mod:`django_sqlqueue.store.topics`."""
 
     def partition_counts(self, topics: Sequence[str], using: str) -> dict[str, int]:
         """The recorded partition count of each topic that has one."""
-        if not topics:
-            return {}
-        return dict(
-            self.using(using).filter(topic__in=list(topics)).values_list("topic", "partitions")
-        )
+        return store_topics.partition_counts(django_connection(using), topics)
 
     def record(self, configured: Mapping[str, int], using: str) -> dict[str, int]:
         """Record ``configured`` counts for topics that have none yet; return every topic's
-        recorded count. An existing record wins over the setting: changing a topic's count
-        is a deliberate step (see :func:`django_sqlqueue.repartition.repartition`)."""
-        recorded = self.partition_counts(list(configured), using)
-        missing = {topic: count for topic, count in configured.items() if topic not in recorded}
-        if missing:
-            connection = connections[using]
-            q = sqlb.quoter(connection)
-            prefix, suffix = sqlb.insert_ignore(connection, ["topic"])
-            now = vendor.now_ms_sql(connection)
-            rows = ", ".join([f"(%s, %s, {now}, {now})"] * len(missing))
-            sqlb.execute(
-                connection,
-                f"{prefix} {q('queue_topics')} ({q('topic')}, {q('partitions')}, "
-                f"{q('created_at')}, {q('updated_at')}) VALUES {rows}{suffix}",
-                [v for item in sorted(missing.items()) for v in item],
-            )
-            recorded.update(self.partition_counts(list(missing), using))
-        return recorded
+        recorded count (:func:`django_sqlqueue.store.topics.record`)."""
+        return store_topics.record(django_connection(using), configured)
 
     def set_partitions(self, topic: str, partitions: int, using: str) -> None:
-        now = RawSQL(vendor.now_ms_sql(connections[using]), [])  # noqa: S611 - the database clock, no input
-        self.using(using).filter(topic=topic).update(partitions=partitions, updated_at=now)
+        store_topics.set_partitions(django_connection(using), topic, partitions)
 
 
 class Topic(models.Model):

@@ -19,7 +19,7 @@ from django.db import connections
 
 from ..db import sql as sqlb
 from ..db import vendor
-from .delivery import NEVER_DELIVERED, DeliveryRow, MessageRef, ReadRow, _refs_sql
+from .delivery_rows import NEVER_DELIVERED, DeliveryRow, MessageRef, ReadRow, refs_sql
 from .messages import message_row, select_columns
 
 NOT_PARKED = 0  # in its owner's window (or acked there)
@@ -160,7 +160,7 @@ def promote(group: str, topic: str, refs: Sequence[MessageRef], using: str) -> i
         return 0
     connection = connections[using]
     q = sqlb.quoter(connection)
-    where, params = _refs_sql(q, refs)
+    where, params = refs_sql(q, refs)
     return sqlb.execute(
         connection,
         f"UPDATE {sqlb.locked_table(connection, 'queue_delivery_state')} "  # noqa: S608 - names quoted, values bound
@@ -219,7 +219,7 @@ def forget_settled(topic: str, groups: Sequence[str], refs: Sequence[MessageRef]
     q = sqlb.quoter(connection)
     deleted = 0
     for batch in sqlb.chunks(list(refs), 500):
-        where, params = _refs_sql(q, batch)
+        where, params = refs_sql(q, batch)
         deleted += sqlb.execute(
             connection,
             f"{sqlb.delete_from(connection, 'queue_delivery_state')} "

@@ -25,9 +25,10 @@ from django.db import transaction
 
 from ..conf import get_settings
 from ..models import ConsumerOffset, DeliveryState, QueueMessage, Topic
-from ..models import dead_letters as rows
 from ..models.delivery import MessageRef
 from ..signals import dead_letters_replayed
+from ..store import dead_letters as rows
+from ..store.connection import django_connection
 from .errors import InvalidFilter
 from .names import check_name, database_now_ms
 
@@ -118,13 +119,13 @@ def _selection(flt: DeadLetterFilter, using: str) -> rows.Selection:
 
 def count(flt: DeadLetterFilter, *, using: str = "default") -> int:
     """How many dead letters the filter selects."""
-    return rows.count(_selection(flt, using), using)
+    return rows.count(django_connection(using), _selection(flt, using))
 
 
 def sample(flt: DeadLetterFilter, *, limit: int = SAMPLE_SIZE,
            using: str = "default") -> list[DeadLetterSample]:
     """The first ``limit`` selected dead letters (what a dry run shows)."""
-    refs = rows.page(_selection(flt, using), None, limit, using)
+    refs = rows.page(django_connection(using), _selection(flt, using), None, limit)
     found = {m.offset: m for m in QueueMessage.objects.using(using).filter(
         offset__in=[r.offset for r in refs]).only(
         "offset", "original_topic", "consumer_group", "message_key", "original_id",
@@ -163,7 +164,7 @@ def _run(flt: DeadLetterFilter, *, replay: bool, dry_run: bool, batch_size: int,
     if not 1 <= batch_size <= 10_000:
         raise InvalidFilter(f"batch_size must be from 1 to 10000, got {batch_size!r}")
     selection = _selection(flt, using)
-    total = rows.count(selection, using)
+    total = rows.count(django_connection(using), selection)
     outcome = Outcome(matched=total, dry_run=dry_run)
     if dry_run:
         outcome.sample = sample(flt, using=using)
@@ -172,7 +173,7 @@ def _run(flt: DeadLetterFilter, *, replay: bool, dry_run: bool, batch_size: int,
     after: tuple[str, str, int] | None = None
     done = 0
     while True:
-        batch = rows.page(selection, after, batch_size, using)
+        batch = rows.page(django_connection(using), selection, after, batch_size)
         if not batch:
             break
         after = (batch[-1].topic, batch[-1].partition, batch[-1].offset)
@@ -185,7 +186,7 @@ def _run(flt: DeadLetterFilter, *, replay: bool, dry_run: bool, batch_size: int,
             outcome.skipped += len(batch) - len(act)
         with transaction.atomic(using=using):
             if replay:
-                rows.insert_replays([r.offset for r in act], using)
+                rows.insert_replays(django_connection(using), [r.offset for r in act])
                 if act:
                     dead_letters_replayed.send(
                         sender=None, using=using,

@@ -24,8 +24,9 @@ from ..models import (
     SubscriberHeartbeat,
     Throughput,
 )
-from ..models import dead_letters as dead_letter_rows
 from ..models.throughput import MINUTE_MS
+from ..store import dead_letters as dead_letter_rows
+from ..store.connection import django_connection
 from .errors import UnknownSubscription
 from .names import check_name, database_now_ms
 
@@ -98,8 +99,8 @@ def _overview(topic: str | None, group: str | None, using: str,
     # their topic: without them an overview of a stopped fleet would read "lag 0".
     unsequenced = QueueMessage.objects.unsequenced_by_topic(UNSEQUENCED_CAP, using)
     unsequenced_capped = sum(n for n, _ in unsequenced.values()) >= UNSEQUENCED_CAP
-    dead = dead_letter_rows.counts_by_group([t + conf.dlq_suffix for t in topics],
-                                            DEAD_LETTER_CAP, using)
+    dead = dead_letter_rows.counts_by_group(django_connection(using),
+                                            [t + conf.dlq_suffix for t in topics], DEAD_LETTER_CAP)
     windows = DeliveryState.objects.window_counts([(g, t) for t, g in pairs], now_ms,
                                                   WINDOW_CAP, using)
     minute_starts = [first_minute + i * MINUTE_MS for i in range(minutes)]

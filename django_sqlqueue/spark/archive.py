@@ -37,7 +37,7 @@ from pathlib import Path
 from typing import Any
 
 from ..store import archive as archive_store
-from ..store import messages as message_store
+from ..store import dead_letters as dead_letter_store
 from ..store import offsets as offset_store
 from ..store import topics as topic_store
 from ..store.connection import Connection, open_connection, redact
@@ -139,7 +139,7 @@ def archive(spark: Any, url: str, out: str, topics: list[str] | None = None) -> 
             shutil.rmtree(root / STAGING, ignore_errors=True)
         with conn.atomic():
             for topic, summary in summaries.items():
-                summary.dead_letters = message_store.dead_letters_by_group(conn, topic)
+                summary.dead_letters = dead_letter_store.by_group(conn, topic)
     return [summaries[topic] for topic in names]
 
 

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import pyarrow as pa
 from pyspark.sql.datasource import DataSourceReader, InputPartition
 
-from ..store import messages as message_store
+from ..store import message_scans
 from ..store.connection import open_connection
 from . import tables
 from .options import Options
@@ -33,7 +33,7 @@ def offset_ranges(options: Options) -> list[OffsetRange]:
     if options.table not in ("messages", "dead_letters"):
         return [OffsetRange(0, 0)]
     with open_connection(options.url) as conn:
-        bounds = message_store.offset_bounds(conn, options.topics,
+        bounds = message_scans.offset_bounds(conn, options.topics,
                                              dead_letters=options.table == "dead_letters")
         conn.rollback()
     if bounds is None:
@@ -67,7 +67,7 @@ class SqlQueueReader(DataSourceReader):
                              options.end_position if options.end_position is not None else 2**62)
             after = offsets.after
             while after < offsets.up_to:
-                rows = message_store.read_page(
+                rows = message_scans.read_page(
                     conn, options.topics, after, offsets.up_to, options.page_size,
                     positions=positions, dead_letters=options.table == "dead_letters")
                 conn.rollback()  # end the read's transaction: no snapshot held between pages

@@ -34,15 +34,14 @@ from pyspark.sql.streaming.datasource import (
 from ..exceptions import SQLQueueError
 from ..partitioning import partition_names
 from ..replays import replay_target
-from ..store import heartbeats, offsets, sequencer
-from ..store import messages as message_store
+from ..store import heartbeats, message_scans, offsets, sequencer
 from ..store import topics as topic_store
 from ..store.connection import Connection, open_connection
 from . import tables
 from .options import Options, SparkOptionError
 
 logger = logging.getLogger("django_sqlqueue.spark")
-POSITION, TOPIC, PARTITION, HEADERS = (message_store.READ_COLUMNS.index(column)
+POSITION, TOPIC, PARTITION, HEADERS = (message_scans.READ_COLUMNS.index(column)
                                        for column in ("position", "topic", "partition", "headers"))
 
 SUBSCRIBER_PREFIX = "spark:"  # heartbeat names of streams, told apart from runqueueworker's
@@ -150,14 +149,14 @@ class SqlQueueStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             conn = self._db()
             with conn.atomic():
                 unread = [position for topic in self.options.topics
-                          for position in message_store.nearest_above(
+                          for position in message_scans.nearest_above(
                               conn, topic, offsets.watermarks(conn, group, topic)).values()]
             return {"position": min(unread) - 1 if unread else head}
         if latest:
             return {"position": head}
         conn = self._db()
         with conn.atomic():
-            lowest = message_store.lowest_position(conn, list(self.options.topics))
+            lowest = message_scans.lowest_position(conn, list(self.options.topics))
         return {"position": head if lowest is None else lowest - 1}
 
     def getDefaultReadLimit(self) -> ReadLimit:  # noqa: N802 - Spark's name
@@ -181,7 +180,7 @@ class SqlQueueStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         if isinstance(limit, ReadMaxRows):
             conn = self._db()
             with conn.atomic():
-                nth = message_store.nth_position(conn, list(self.options.topics), after, head,
+                nth = message_scans.nth_position(conn, list(self.options.topics), after, head,
                                                  limit.max_rows)
             if nth is not None:
                 head = nth
@@ -211,7 +210,7 @@ class SqlQueueStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             for topic in self.options.topics:
                 marks = offsets.watermarks(conn, group, topic)
                 offsets.advance(conn, group, topic,
-                                message_store.nearest_above(conn, topic, marks, up_to=up_to))
+                                message_scans.nearest_above(conn, topic, marks, up_to=up_to))
                 offsets.touch(conn, group, topic)
 
     def stop(self) -> None:
@@ -220,7 +219,7 @@ class SqlQueueStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         try:
             if self.options.group is not None:
                 with self._conn.atomic():
-                    heartbeats.deregister(self._conn, self.options.group, self.name)
+                    heartbeats.deregister(self._conn, self.name, group=self.options.group)
         finally:
             self._conn.close()
             self._conn = None
@@ -239,7 +238,7 @@ class SqlQueueStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 consumed = self._watermarks(conn, options.group)
             after = partition.after
             while after < partition.up_to:
-                rows = message_store.read_positions(conn, list(options.topics), after,
+                rows = message_scans.read_positions(conn, list(options.topics), after,
                                                     partition.up_to, options.page_size)
                 conn.rollback()
                 if not rows:
@@ -276,7 +275,7 @@ class SqlQueueStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         if horizon <= partition.after:
             return
         up_to = min(partition.up_to, horizon)
-        present = message_store.count_positions(conn, partition.after, up_to)
+        present = message_scans.count_positions(conn, partition.after, up_to)
         conn.rollback()
         if present >= up_to - partition.after:
             return

@@ -153,7 +153,7 @@ def _ensure_topic(options: Options, topic: str) -> int:
                 f"topic {topic!r} has no recorded partition count yet; pass "
                 f'.option("partitions", N) with the count SQLQUEUE["TOPICS"] (or '
                 f'SQLQUEUE["PARTITIONS"]) gives it, or start a runqueueworker for it first')
-        return topic_store.record(conn, topic, options.partitions)
+        return topic_store.record(conn, {topic: options.partitions})[topic]
 
 
 def _plain(data_type: pa.DataType) -> Callable[[Any], Any] | None:

@@ -1,4 +1,5 @@
-"""SQL for ``queue_archive`` on a plain connection: the archive job's progress."""
+"""SQL for ``queue_archive``: the archive job's progress (written by the Spark job, read by
+its next run and by the worker's GC, through :class:`django_sqlqueue.models.ArchiveMark`)."""
 
 from __future__ import annotations
 

@@ -17,6 +17,8 @@ from urllib.parse import urlsplit, urlunsplit
 
 import environ
 
+from ..db import sql as sqlb
+from ..db import vendor as db_vendor
 from ..exceptions import SQLQueueError
 
 _ENGINES = {
@@ -56,49 +58,43 @@ def _scrub(text: str, url: str) -> str:
 
 
 class Connection:
-    """A DB-API connection with the few vendor differences the store modules need.
+    """A DB-API connection that runs the store modules' SQL.
 
     SQL is written with ``%s`` placeholders; for SQLite they become ``?``. Every identifier
     goes through :meth:`q`, since ``offset`` is a reserved word on PostgreSQL and SQLite.
-    Statements run in a transaction ended by :meth:`commit` or :meth:`rollback` (or the
-    :meth:`atomic` block).
+    The SQL fragments that differ between databases come from :mod:`django_sqlqueue.db.vendor`,
+    as they do for Django connections. Statements run in a transaction ended by
+    :meth:`commit` or :meth:`rollback` (or the :meth:`atomic` block).
     """
 
     def __init__(self, raw: Any, vendor: str, *, mariadb: bool = False) -> None:
         self.raw = raw
         self.vendor = vendor
-        self.mariadb = mariadb
+        self._mariadb = mariadb
+
+    @property
+    def mysql_is_mariadb(self) -> bool:
+        """Whether the server is MariaDB (named as on Django's MySQL connection)."""
+        return self._mariadb
 
     # ------------------------------------------------------------------ SQL text
 
     def q(self, name: str) -> str:
-        if self.vendor == "mysql":
-            return f"`{name}`"
-        return f'"{name}"'
+        return db_vendor.quote(self, name)
 
     def now_ms_sql(self) -> str:
         """The database server's clock in epoch ms (see :func:`django_sqlqueue.db.vendor.now_ms_sql`)."""
-        if self.vendor == "mysql":
-            return "(TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', UTC_TIMESTAMP(6)) DIV 1000)"
-        if self.vendor == "postgresql":
-            return "(FLOOR(EXTRACT(EPOCH FROM statement_timestamp()) * 1000)::bigint)"
-        return "(CAST((julianday('now') - 2440587.5) * 86400000.0 AS INTEGER))"
+        return db_vendor.now_ms_sql(self)
 
     def skip_locked_sql(self) -> str:
-        return "" if self.vendor == "sqlite" else " FOR UPDATE SKIP LOCKED"
+        return db_vendor.skip_locked_sql(self)
 
     def json_param_sql(self) -> str:
-        return "CAST(%s AS jsonb)" if self.vendor == "postgresql" else "%s"
+        return db_vendor.json_param_sql(self)
 
     def insert_ignore(self, conflict_columns: Sequence[str]) -> tuple[str, str]:
         """(prefix, suffix) of an INSERT that skips rows whose key is stored already."""
-        if self.vendor == "mysql":
-            return "INSERT IGNORE INTO", ""
-        columns = ", ".join(self.q(c) for c in conflict_columns)
-        return "INSERT INTO", f" ON CONFLICT ({columns}) DO NOTHING"
-
-    def supports_returning(self) -> bool:
-        return self.vendor != "mysql" or self.mariadb
+        return sqlb.insert_ignore(self, conflict_columns)
 
     # ------------------------------------------------------------------ running it
 
@@ -180,13 +176,17 @@ class DjangoConnection(Connection):
     is a savepoint, as any Django query would be.
     """
 
-    def __init__(self, using: str) -> None:
+    def __init__(self, using: str, wrapper: Any = None) -> None:
         from django.db import connections
 
-        wrapper = connections[using]
-        super().__init__(wrapper, wrapper.vendor,
-                         mariadb=wrapper.vendor == "mysql" and bool(wrapper.mysql_is_mariadb))  # type: ignore[attr-defined]
+        wrapper = wrapper or connections[using]
+        super().__init__(wrapper, wrapper.vendor)
         self.using = using
+
+    @property
+    def mysql_is_mariadb(self) -> bool:
+        # Asked only when a statement needs it: the first answer costs Django a query.
+        return self.vendor == "mysql" and bool(self.raw.mysql_is_mariadb)
 
     def _sql(self, sql: str) -> str:
         return sql
@@ -215,9 +215,11 @@ class DjangoConnection(Connection):
         """Django closes its own connections."""
 
 
-def django_connection(using: str = "default") -> Connection:
-    """The Django database alias ``using`` as a :class:`Connection`."""
-    return DjangoConnection(using)
+def django_connection(using: str = "default", wrapper: Any = None) -> Connection:
+    """The Django database alias ``using`` as a :class:`Connection`; ``wrapper``, a
+    connection of that alias made by ``connections.create_connection``, instead of this
+    thread's."""
+    return DjangoConnection(using, wrapper)
 
 
 def parse_url(url: str) -> dict[str, Any]:

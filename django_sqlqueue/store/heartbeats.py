@@ -1,35 +1,47 @@
-"""SQL for ``queue_subscriber_heartbeats`` on a plain connection: a stream's sign of life."""
+"""SQL for ``queue_subscriber_heartbeats``: a subscriber's sign of life, and its end.
+
+The worker runs it on its Django connection (through
+:class:`django_sqlqueue.models.SubscriberHeartbeat`), a Spark stream on a plain one.
+"""
 
 from __future__ import annotations
 
+from ..db import sql as sqlb
+from ..limits import SUBSCRIBER_NAME_LENGTH
 from .connection import Connection
 
+_KEY = ("consumer_group", "topic", "subscriber_name")
 
-def beat(conn: Connection, group: str, topic: str, name: str) -> None:
-    """Insert or refresh the heartbeat of subscriber ``name`` of ``group`` on ``topic``."""
+
+def _time_sql(conn: Connection, now_ms: int | None) -> tuple[str, list[int]]:
+    """The time to write: ``now_ms`` as read by the caller, else the database clock."""
+    return (conn.now_ms_sql(), []) if now_ms is None else ("%s", [now_ms])
+
+
+def beat(conn: Connection, group: str, topic: str, name: str, now_ms: int | None = None) -> None:
+    """Insert or refresh the heartbeat of subscriber ``name`` of ``group`` on ``topic``, at
+    ``now_ms`` (epoch ms, database clock; read now when not given)."""
     q = conn.q
-    now = conn.now_ms_sql()
-    columns = (f"{q('consumer_group')}, {q('topic')}, {q('subscriber_name')}, "
-               f"{q('heartbeat_at')}, {q('deregistered_at')}")
-    if conn.vendor == "mysql":
-        tail = f" ON DUPLICATE KEY UPDATE {q('heartbeat_at')} = {now}, {q('deregistered_at')} = 0"
-    else:
-        tail = (f" ON CONFLICT ({q('consumer_group')}, {q('topic')}, {q('subscriber_name')}) "
-                f"DO UPDATE SET {q('heartbeat_at')} = EXCLUDED.{q('heartbeat_at')}, "
-                f"{q('deregistered_at')} = 0")
+    now, now_params = _time_sql(conn, now_ms)
+    tail = sqlb.on_conflict_update(conn, "queue_subscriber_heartbeats", _KEY,
+                                   {"heartbeat_at": "{new}", "deregistered_at": "0"})
     conn.execute(
-        f"INSERT INTO {q('queue_subscriber_heartbeats')} ({columns}) "  # noqa: S608 - names quoted, values bound
-        f"VALUES (%s, %s, %s, {now}, 0){tail}",
-        [group, topic, name[:255]],
+        f"INSERT INTO {q('queue_subscriber_heartbeats')} ({', '.join(q(c) for c in _KEY)}, "  # noqa: S608 - names quoted, values bound
+        f"{q('heartbeat_at')}, {q('deregistered_at')}) VALUES (%s, %s, %s, {now}, 0){tail}",
+        [group, topic, name[:SUBSCRIBER_NAME_LENGTH], *now_params],
     )
 
 
-def deregister(conn: Connection, group: str, name: str) -> None:
+def deregister(conn: Connection, name: str, *, group: str | None = None,
+               now_ms: int | None = None) -> int:
+    """Mark subscriber ``name`` (of ``group`` only, if given) as stopped; return the rows."""
     q = conn.q
-    conn.execute(
-        f"UPDATE {q('queue_subscriber_heartbeats')} SET {q('deregistered_at')} = {conn.now_ms_sql()} "  # noqa: S608 - names quoted, values bound
-        f"WHERE {q('consumer_group')} = %s AND {q('subscriber_name')} = %s",
-        [group, name[:255]],
+    now, now_params = _time_sql(conn, now_ms)
+    in_group = "" if group is None else f" AND {q('consumer_group')} = %s"
+    return conn.execute(
+        f"UPDATE {q('queue_subscriber_heartbeats')} SET {q('deregistered_at')} = {now} "  # noqa: S608 - names quoted, values bound
+        f"WHERE {q('subscriber_name')} = %s{in_group}",
+        [*now_params, name[:SUBSCRIBER_NAME_LENGTH], *([] if group is None else [group])],
     )
 
 

@@ -1,15 +1,21 @@
-"""SQL for ``queue_messages`` on a plain connection: append in bulk, read ranges, bounds.
+"""SQL for ``queue_messages``, the log: its rows' columns, and appending them.
 
-The same INSERT shape as publish() (see :mod:`django_sqlqueue.models.messages`): the
-partition stays '' until the sequencer positions the message, times come from the
-database clock, and a stored (topic, key, id) is skipped, never rewritten.
+One INSERT for every writer: ``publish()`` (through
+:class:`django_sqlqueue.models.QueueMessage`) and a Spark write. The partition stays ''
+until the sequencer positions the message, times come from the database clock, and a
+stored (topic, key, id) is skipped, never rewritten. The log's reads are in
+:mod:`.message_reads` (the worker's) and :mod:`.message_scans` (the Spark data
+source's); its dead-letter copies in :mod:`.dead_letters`; what GC deletes in
+:mod:`.message_gc`.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
+from ..db import sql as sqlb
+from ..db.vendor import Vendored, quote
 from ..encoding import NewRow
 from ..exceptions import InvalidMessage
 from .connection import Connection
@@ -22,201 +28,127 @@ INSERT_COLUMNS = (
 )
 IDEMPOTENCY_COLUMNS = ("topic", "message_key", "id")
 _MYSQL_DUPLICATE_KEY = 1062  # the warning INSERT IGNORE gives for a skipped duplicate
-
-# What a read returns, in order; payload and headers as JSON text.
-READ_COLUMNS = (
-    "offset", "position", "topic", "partition", "key", "id", "payload", "headers",
-    "published_at", "deliver_at", "consumer_group", "original_topic", "original_offset",
-    "original_id", "failure_count", "last_error", "failed_at",
-)
+# The columns of a MessageRow, in order; ``id`` and ``message_key`` keep their SQL names.
+MESSAGE_COLUMNS = ("offset", "position", "topic", "message_key", "id", "payload", "metadata",
+                   "published_at", "deliver_at")
 
 
-def insert_rows(conn: Connection, rows: Sequence[NewRow]) -> int:
-    """Append ``rows`` in one multi-row INSERT, skipping any (topic, key, id) stored
-    already; return how many were new. The caller commits.
+class MessageRow(NamedTuple):
+    """A message as read from the log (``position`` is None until it is sequenced)."""
+
+    offset: int
+    position: int | None
+    topic: str
+    key: str
+    id: str
+    payload: Any  # JSON text or decoded, as the backend returns it
+    metadata: Any
+    published_at: int
+    deliver_at: int
+
+
+def message_row(values: Sequence[Any]) -> MessageRow:
+    offset, position, topic, key, message_id, payload, metadata, published_at, deliver_at = values
+    return MessageRow(int(offset), None if position is None else int(position), topic, key,
+                      message_id, payload, metadata, int(published_at), int(deliver_at))
+
+
+def select_columns(connection: Vendored, alias: str = "") -> str:
+    """The columns of a :class:`MessageRow`, for a SELECT (of table ``alias``)."""
+    prefix = f"{alias}." if alias else ""
+    return ", ".join(prefix + quote(connection, c) for c in MESSAGE_COLUMNS)
+
+
+def insert_sql(conn: Connection, rows: int, returning: bool, unless_stored: bool = False) -> str:
+    """The INSERT appending ``rows`` rows, built once per backend and shape.
+
+    ``unless_stored`` (one row): an ``INSERT … SELECT`` whose SELECT finds no row with the
+    row's (topic, key, id) first; its parameters are the row's, then those three again.
+    """
+    key = (conn.vendor, rows, returning, unless_stored)
+    sql = _INSERT_SQL_CACHE.get(key)
+    if sql is None:
+        q = conn.q
+        now = conn.now_ms_sql()
+        json_param = conn.json_param_sql()
+        # partition_key stays '' until the sequencer gives the message its position and,
+        # with the topic's recorded partition count, its partition.
+        row_sql = (
+            f"%s, %s, '', %s, {json_param}, {json_param}, 0, 0, '', '', 0, '', {now}, {now}, "
+            f"{now} + %s"
+        )
+        if unless_stored:
+            stored = " AND ".join(f"{q(column)} = %s" for column in IDEMPOTENCY_COLUMNS)
+            values = (f"SELECT {row_sql} FROM DUAL WHERE NOT EXISTS "  # noqa: S608 - names quoted, values bound
+                      f"(SELECT 1 FROM {q('queue_messages')} WHERE {stored})")
+        else:
+            values = "VALUES " + ", ".join([f"({row_sql})"] * rows)
+        # A duplicate (topic, key, id) is skipped, not updated: an upsert's no-op UPDATE
+        # would lock the stored row (and on PostgreSQL write a new version of it), and the
+        # sequencer, which skips locked rows, would then position later messages of its
+        # key first. Skipped rows are not returned; the caller reads them back. On MySQL
+        # this is INSERT IGNORE, which also turns data errors into warnings: publishing
+        # validates every value first, and insert() refuses a row the server dropped.
+        prefix, suffix = conn.insert_ignore(IDEMPOTENCY_COLUMNS)
+        sql = (
+            f"{prefix} {q('queue_messages')} ({', '.join(q(c) for c in INSERT_COLUMNS)}) "
+            f"{values}{suffix}"
+        )
+        if returning:
+            sql += f" RETURNING {select_columns(conn)}"
+        if len(_INSERT_SQL_CACHE) < 64:  # a few batch sizes per backend; never unbounded
+            _INSERT_SQL_CACHE[key] = sql
+    return sql
+
+
+_INSERT_SQL_CACHE: dict[tuple[str, int, bool, bool], str] = {}
+
+
+def insert(conn: Connection, rows: Sequence[NewRow], *, returning: bool = False,
+           unless_stored: bool = False) -> tuple[int, list[MessageRow]]:
+    """Append ``rows`` in one statement, skipping any (topic, key, id) stored already;
+    return how many were new and, with ``returning`` (not on Oracle MySQL), those rows.
+    ``unless_stored``: see :func:`insert_sql`. The caller commits.
 
     MySQL's INSERT IGNORE turns a refused value into a warning: any warning but a skipped
     duplicate raises InvalidMessage, so no row is dropped silently.
     """
     if not rows:
-        return 0
-    q = conn.q
-    now = conn.now_ms_sql()
-    json_param = conn.json_param_sql()
-    row_sql = (f"(%s, %s, '', %s, {json_param}, {json_param}, 0, 0, '', '', 0, '', {now}, {now}, "
-               f"{now} + %s)")
-    prefix, suffix = conn.insert_ignore(IDEMPOTENCY_COLUMNS)
-    sql = (f"{prefix} {q('queue_messages')} ({', '.join(q(c) for c in INSERT_COLUMNS)}) "
-           f"VALUES {', '.join([row_sql] * len(rows))}{suffix}")
-    inserted = conn.execute(sql, [value for row in rows for value in row[:6]])
-    if inserted < len(rows):
+        return 0, []
+    sql = insert_sql(conn, len(rows), returning, unless_stored)
+    params = [value for row in rows for value in row[:6]]
+    if unless_stored:
+        params += [rows[0].topic, rows[0].key, rows[0].id]
+    inserted: list[MessageRow] = []
+    if returning:
+        inserted = [message_row(values) for values in conn.fetch_all(sql, params)]
+        written = len(inserted)
+    else:
+        written = conn.execute(sql, params)
+    if written < len(rows):
+        # The warning count comes with the INSERT's reply: asking costs no round trip.
         refused = [message for code, message in conn.warnings() if code != _MYSQL_DUPLICATE_KEY]
         if refused:
-            raise InvalidMessage(f"the database refused a message: {'; '.join(refused)}")
-    return inserted
+            raise InvalidMessage(f"the database refused the message: {'; '.join(refused)}")
+    return written, inserted
 
 
-def _json_text(conn: Connection, column: str) -> str:
-    # psycopg decodes jsonb; the data source hands JSON text on, as stored.
-    return f"{conn.q(column)}::text" if conn.vendor == "postgresql" else conn.q(column)
+def insert_rows(conn: Connection, rows: Sequence[NewRow]) -> int:
+    """Append ``rows`` in one multi-row INSERT, skipping any (topic, key, id) stored
+    already; return how many were new (a Spark write). The caller commits."""
+    return insert(conn, rows)[0]
 
 
-def _select_list(conn: Connection) -> str:
-    q = conn.q
-    return ", ".join([
-        q("offset"), q("position"), q("topic"), q("partition_key"), q("message_key"), q("id"),
-        _json_text(conn, "payload"), _json_text(conn, "metadata"), q("published_at"),
-        q("deliver_at"), q("consumer_group"), q("original_topic"), q("original_offset"),
-        q("original_id"), q("failure_count"), q("last_error"), q("failed_at"),
-    ])
-
-
-def read_page(conn: Connection, topics: Sequence[str], after_offset: int, up_to_offset: int,
-              limit: int, *, positions: tuple[int, int] | None = None,
-              dead_letters: bool = False) -> list[tuple[Any, ...]]:
-    """Up to ``limit`` rows of ``topics`` with an offset in (after, up_to], lowest first,
-    as :data:`READ_COLUMNS` (``partition`` None until sequenced).
-
-    ``positions`` keeps only sequenced rows with a position in (low, high]; ``dead_letters``
-    reads the dead-letter copies of messages of ``topics`` instead.
-    """
-    q = conn.q
-    where = [f"{q('offset')} > %s", f"{q('offset')} <= %s"]
-    params: list[Any] = [after_offset, up_to_offset]
-    topic_column = "original_topic" if dead_letters else "topic"
-    if topics:
-        where.append(f"{q(topic_column)} IN ({', '.join(['%s'] * len(topics))})")
-        params += list(topics)
-    if dead_letters:
-        where.append(f"{q('consumer_group')} <> ''")
-    if positions is not None:
-        where.append(f"{q('position')} > %s AND {q('position')} <= %s")
-        params += list(positions)
-    rows = conn.fetch_all(
-        f"SELECT {_select_list(conn)} FROM {q('queue_messages')} "  # noqa: S608 - names quoted, values bound
-        f"WHERE {' AND '.join(where)} ORDER BY {q('offset')} LIMIT %s",
-        [*params, limit],
-    )
-    return _read_rows(rows)
-
-
-def read_positions(conn: Connection, topics: Sequence[str], after_position: int,
-                   up_to_position: int, limit: int) -> list[tuple[Any, ...]]:
-    """Up to ``limit`` sequenced rows of ``topics`` with a position in (after, up_to],
-    lowest position first, as :data:`READ_COLUMNS`: what a stream reads."""
+def read_back(conn: Connection, keys: Sequence[tuple[str, str, str]]
+              ) -> dict[tuple[str, str, str], MessageRow]:
+    """The stored rows with the (topic, key, id) of ``keys``, by those; a plain read."""
+    if not keys:
+        return {}
     q = conn.q
     rows = conn.fetch_all(
-        f"SELECT {_select_list(conn)} FROM {q('queue_messages')} "  # noqa: S608 - names quoted, values bound
-        f"WHERE {q('position')} > %s AND {q('position')} <= %s "
-        f"AND {q('topic')} IN ({', '.join(['%s'] * len(topics))}) "
-        f"ORDER BY {q('position')} LIMIT %s",
-        [after_position, up_to_position, *topics, limit],
+        f"SELECT {select_columns(conn)} FROM {q('queue_messages')} "  # noqa: S608 - names quoted, values bound
+        f"WHERE ({', '.join(q(c) for c in IDEMPOTENCY_COLUMNS)}) IN "
+        f"({sqlb.row_values(len(keys), 3)})",
+        [v for key in keys for v in key],
     )
-    return _read_rows(rows)
-
-
-def _read_rows(rows: list[tuple[Any, ...]]) -> list[tuple[Any, ...]]:
-    """JSON columns as text: Oracle MySQL returns them as bytes (MariaDB as text)."""
-    if rows and isinstance(rows[0][6], bytes | bytearray):
-        return [(*row[:6], bytes(row[6]).decode("utf-8"), bytes(row[7]).decode("utf-8"), *row[8:])
-                for row in rows]
-    return rows
-
-
-def offset_bounds(conn: Connection, topics: Sequence[str], *,
-                  dead_letters: bool = False) -> tuple[int, int] | None:
-    """(lowest, highest) offset of the messages of ``topics`` (any topic when empty);
-    None when there are none."""
-    q = conn.q
-    column = "original_topic" if dead_letters else "topic"
-    where = []
-    params: list[Any] = []
-    if topics:
-        where.append(f"{q(column)} IN ({', '.join(['%s'] * len(topics))})")
-        params += list(topics)
-    if dead_letters:
-        where.append(f"{q('consumer_group')} <> ''")
-    clause = f" WHERE {' AND '.join(where)}" if where else ""
-    row = conn.fetch_all(
-        f"SELECT MIN({q('offset')}), MAX({q('offset')}) FROM {q('queue_messages')}{clause}",  # noqa: S608 - names quoted, values bound
-        params,
-    )[0]
-    if row[0] is None:
-        return None
-    return int(row[0]), int(row[1])
-
-
-def nth_position(conn: Connection, topics: Sequence[str], after_position: int,
-                 up_to_position: int, count: int) -> int | None:
-    """The position of the ``count``-th sequenced message of ``topics`` above
-    ``after_position`` (at most ``up_to_position``); None when there are fewer."""
-    q = conn.q
-    rows = conn.fetch_all(
-        f"SELECT {q('position')} FROM {q('queue_messages')} "  # noqa: S608 - names quoted, values bound
-        f"WHERE {q('position')} > %s AND {q('position')} <= %s "
-        f"AND {q('topic')} IN ({', '.join(['%s'] * len(topics))}) "
-        f"ORDER BY {q('position')} LIMIT 1 OFFSET %s",
-        [after_position, up_to_position, *topics, count - 1],
-    )
-    return int(rows[0][0]) if rows else None
-
-
-def lowest_position(conn: Connection, topics: Sequence[str]) -> int | None:
-    """The lowest position of a message of ``topics`` still in the log."""
-    q = conn.q
-    row = conn.fetch_all(
-        f"SELECT MIN({q('position')}) FROM {q('queue_messages')} "  # noqa: S608 - names quoted, values bound
-        f"WHERE {q('topic')} IN ({', '.join(['%s'] * len(topics))})",
-        list(topics),
-    )[0]
-    return None if row[0] is None else int(row[0])
-
-
-def nearest_above(conn: Connection, topic: str, marks: dict[str, int], *,
-                  up_to: int | None = None) -> dict[str, int]:
-    """Per partition in ``marks``, the position of its first message above its mark, or
-    with ``up_to`` of its last message in (mark, up_to]; a partition without one is left out.
-
-    One index seek per partition (queue_msg_position), whatever the backlog: each is its
-    own query with constant bounds, so that MariaDB seeks instead of scanning the
-    partition from its start (as it does for a bound taken from a joined row).
-    """
-    q = conn.q
-    bound = "" if up_to is None else f" AND {q('position')} <= %s"
-    order = "ASC" if up_to is None else "DESC"
-    part = (f"SELECT {q('partition_key')}, {q('position')} FROM {q('queue_messages')} "  # noqa: S608 - names quoted, values bound
-            f"WHERE {q('topic')} = %s AND {q('partition_key')} = %s AND {q('position')} > %s"
-            f"{bound} ORDER BY {q('position')} {order} LIMIT 1")
-    found: dict[str, int] = {}
-    items = list(marks.items())
-    for start in range(0, len(items), 200):
-        chunk = items[start:start + 200]
-        sql = " UNION ALL ".join(f"SELECT * FROM ({part}) n{i}" for i in range(len(chunk)))  # noqa: S608 - names quoted, values bound
-        params: list[Any] = []
-        for partition, mark in chunk:
-            params += [topic, partition, mark] + ([] if up_to is None else [up_to])
-        found.update({str(r[0]): int(r[1]) for r in conn.fetch_all(sql, params)})
-    return found
-
-
-def count_positions(conn: Connection, after_position: int, up_to_position: int) -> int:
-    """How many messages (of any topic) hold a position in (after, up_to]: positions are
-    handed out without gaps, so fewer than the range's width means some were collected."""
-    q = conn.q
-    return int(conn.fetch_all(
-        f"SELECT COUNT(*) FROM {q('queue_messages')} "  # noqa: S608 - names quoted, values bound
-        f"WHERE {q('position')} > %s AND {q('position')} <= %s",
-        [after_position, up_to_position],
-    )[0][0])
-
-
-def dead_letters_by_group(conn: Connection, topic: str) -> dict[str, int]:
-    """How many dead-letter copies of ``topic``'s messages each group made (in the log now)."""
-    q = conn.q
-    rows = conn.fetch_all(
-        f"SELECT {q('consumer_group')}, COUNT(*) FROM {q('queue_messages')} "  # noqa: S608 - names quoted, values bound
-        f"WHERE {q('original_topic')} = %s AND {q('consumer_group')} <> '' "
-        f"GROUP BY {q('consumer_group')}",
-        [topic],
-    )
-    return {str(r[0]): int(r[1]) for r in rows}
+    return {(r.topic, r.key, r.id): r for r in map(message_row, rows)}

@@ -37,6 +37,8 @@ import time
 from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import Any, NamedTuple
 
+from django.db import DatabaseError
+
 from ..partitioning import assign_partition
 from . import topics
 from .connection import Connection
@@ -126,6 +128,26 @@ def advance(conn: Connection, last: int, sequenced_by: str,
         f"WHERE {q('name')} = %s",
         [last, sequenced_by[:255], name],
     )
+
+
+def head(conn: Connection, name: str = DEFAULT_SEQUENCER,
+         extra_sql: str = "0") -> tuple[int, bool, int, int]:
+    """(last position, whether unsequenced messages wait, database time in ms, the value
+    of the scalar subquery ``extra_sql``): an idle worker's whole poll, in one query."""
+    q = conn.q
+    pending = (
+        f"(SELECT 1 FROM {q('queue_messages')} WHERE {q('position')} IS NULL "  # noqa: S608 - names quoted, values bound
+        f"LIMIT 1)"
+    )
+    rows = conn.fetch_all(
+        f"SELECT (SELECT {q('last_position')} FROM {q('queue_sequencer')} "  # noqa: S608 - names quoted, values bound
+        f"WHERE {q('name')} = %s), {pending}, {conn.now_ms_sql()}, {extra_sql}",
+        [name],
+    )
+    if not rows:  # a SELECT without FROM always returns its one row
+        raise DatabaseError("the sequencer's head query returned no row")
+    row = rows[0]
+    return int(row[0] or 0), row[1] is not None, int(row[2]), int(row[3] or 0)
 
 
 # ---------------------------------------------------------------------- the messages

@@ -1,8 +1,12 @@
-"""SQL for ``queue_topics`` on a plain connection: recorded partition counts."""
+"""SQL for ``queue_topics``: record partition counts, read them, change one.
+
+The worker runs it on its Django connection (through :class:`django_sqlqueue.models.Topic`),
+a Spark driver on a plain one.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from .connection import Connection
 
@@ -35,21 +39,37 @@ def unrecorded_error(topics: Sequence[str]) -> str:
             "runqueueworker for them once, or write to them with .option(\"partitions\", N)")
 
 
-def record(conn: Connection, topic: str, partitions: int) -> int:
-    """Record ``partitions`` for ``topic`` unless it has a count; return the recorded one.
+def record(conn: Connection, configured: Mapping[str, int]) -> dict[str, int]:
+    """Record ``configured`` counts for topics that have none yet; return every one of
+    those topics' recorded count.
 
-    An existing record wins, as it does for the worker (see
-    :meth:`django_sqlqueue.models.topics.TopicManager.record`).
+    An existing record wins over the caller's count: changing a topic's count is a
+    deliberate step (see :func:`django_sqlqueue.repartition.repartition`).
     """
+    recorded = partition_counts(conn, list(configured))
+    missing = {topic: count for topic, count in configured.items() if topic not in recorded}
+    if missing:
+        q = conn.q
+        now = conn.now_ms_sql()
+        prefix, suffix = conn.insert_ignore(["topic"])
+        rows = ", ".join([f"(%s, %s, {now}, {now})"] * len(missing))
+        conn.execute(
+            f"{prefix} {q('queue_topics')} ({q('topic')}, {q('partitions')}, "
+            f"{q('created_at')}, {q('updated_at')}) VALUES {rows}{suffix}",
+            [v for item in sorted(missing.items()) for v in item],
+        )
+        recorded.update(partition_counts(conn, list(missing)))
+    return recorded
+
+
+def set_partitions(conn: Connection, topic: str, partitions: int) -> None:
+    """Change ``topic``'s recorded count (repartitioning, under the sequencer's lock)."""
     q = conn.q
-    now = conn.now_ms_sql()
-    prefix, suffix = conn.insert_ignore(["topic"])
     conn.execute(
-        f"{prefix} {q('queue_topics')} ({q('topic')}, {q('partitions')}, {q('created_at')}, "
-        f"{q('updated_at')}) VALUES (%s, %s, {now}, {now}){suffix}",
-        [topic, partitions],
+        f"UPDATE {q('queue_topics')} SET {q('partitions')} = %s, "  # noqa: S608 - names quoted, values bound
+        f"{q('updated_at')} = {conn.now_ms_sql()} WHERE {q('topic')} = %s",
+        [partitions, topic],
     )
-    return partition_counts(conn, [topic])[topic]
 
 
 def recorded_topics(conn: Connection) -> list[str]:

@@ -1,0 +1,138 @@
+"""The reads of ``queue_delivery_state``: a group's view of the log (new messages with any
+delivery rows they have, the unacked window a new owner takes over), and the counts the
+overview shows."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from django.db import connections, models
+
+from ..db import sql as sqlb
+from ..db import vendor
+from .delivery_rows import DeliveryRow, MessageRef, ReadRow, refs_sql
+from .messages import MessageRow, message_row, select_columns
+
+
+class DeliveryReads(models.Manager[Any]):
+    """The reads of :class:`django_sqlqueue.models.delivery.DeliveryStateManager`."""
+
+    def read_new(
+        self, group: str, topic: str, ranges: Mapping[str, tuple[int, int]], using: str,
+    ) -> list[ReadRow]:
+        """Per partition ``{partition: (cursor, limit)}``, the first ``limit`` messages
+        positioned above the cursor, in position order, with the group's delivery state.
+
+        Above a partition's read cursor a group normally has no delivery rows; where it
+        has (state migrated from an earlier schema, or an operator made a delayed message
+        due), they are honoured, not overwritten. They are read by primary key in a second
+        statement: joined in the first, PostgreSQL with stale statistics read every row of
+        the partition (parked ones included) per message.
+        """
+        connection = connections[using]
+        q = sqlb.quoter(connection)
+        branch = (
+            f"SELECT m.{q('partition_key')} AS part, {select_columns(connection, 'm')} "  # noqa: S608 - names quoted, values bound
+            f"FROM {q('queue_messages')} m "
+            f"WHERE m.{q('topic')} = %s AND m.{q('partition_key')} = %s AND m.{q('position')} > %s "
+            f"ORDER BY m.{q('position')} LIMIT %s"
+        )
+        read: list[tuple[str, MessageRow]] = []
+        for partitions in sqlb.chunks(list(ranges)):
+            params: list[Any] = []
+            for partition in partitions:
+                cursor, limit = ranges[partition]
+                params += [topic, partition, cursor, limit]
+            for values in sqlb.fetch_all(connection, sqlb.union_all([branch] * len(partitions)),
+                                         params):
+                partition, *message = values
+                read.append((partition, message_row(message)))
+        states = self._states(connection, group, topic,
+                              [MessageRef(partition, m.offset) for partition, m in read])
+        result = [ReadRow(partition, m, states.get(MessageRef(partition, m.offset)))
+                  for partition, m in read]
+        result.sort(key=lambda row: row.message.position or 0)
+        return result
+
+    def _states(self, connection: Any, group: str, topic: str, refs: Sequence[MessageRef]
+                ) -> dict[MessageRef, DeliveryRow]:
+        """The group's delivery rows of ``refs``, by primary key."""
+        q = sqlb.quoter(connection)
+        states: dict[MessageRef, DeliveryRow] = {}
+        for batch in sqlb.chunks(list(refs), 500):
+            where, params = refs_sql(q, batch)
+            for partition, offset, acked, retries, invisible, error in sqlb.fetch_all(
+                connection,
+                f"SELECT {q('partition_key')}, {q('message_offset')}, {q('acked')}, "  # noqa: S608 - names quoted, values bound
+                f"{q('retry_count')}, {q('invisible_until')}, {q('last_error')} "
+                f"FROM {q('queue_delivery_state')} WHERE {q('consumer_group')} = %s "
+                f"AND {q('topic')} = %s AND {where}",
+                [group, topic, *params],
+            ):
+                states[MessageRef(partition, int(offset))] = DeliveryRow(
+                    bool(acked), int(retries), int(invisible), error or "")
+        return states
+
+    def unacked_window(
+        self, group: str, topic: str, windows: Mapping[str, tuple[int, int]], using: str,
+    ) -> list[ReadRow]:
+        """Per partition ``{partition: (watermark, cursor)}``, every message in
+        (watermark, cursor] the group has not acked, with its delivery state: what a worker
+        that takes over a partition must know. Bounded by the unacked messages, not by the
+        acked ones behind a slow head; one query per 200 partitions, like :meth:`read_new`."""
+        connection = connections[using]
+        q = sqlb.quoter(connection)
+        branch = (
+            f"SELECT d.{q('partition_key')} AS part, {select_columns(connection, 'm')}, "  # noqa: S608 - names quoted, values bound
+            f"d.{q('retry_count')} AS d_retries, d.{q('invisible_until')} AS d_invisible, "
+            f"d.{q('last_error')} AS d_error "
+            f"FROM {q('queue_delivery_state')} d JOIN {q('queue_messages')} m "
+            f"ON m.{q('offset')} = d.{q('message_offset')} "
+            f"WHERE d.{q('consumer_group')} = %s AND d.{q('topic')} = %s "
+            f"AND d.{q('partition_key')} = %s AND d.{q('acked')} = {vendor.false_sql(connection)} "
+            f"AND d.{q('parked')} = 0 AND m.{q('position')} > %s AND m.{q('position')} <= %s"
+        )
+        open_windows = [p for p, (watermark, cursor) in windows.items() if cursor > watermark]
+        result: list[ReadRow] = []
+        for partitions in sqlb.chunks(open_windows):
+            params: list[Any] = []
+            for partition in partitions:
+                params += [group, topic, partition, *windows[partition]]
+            for values in sqlb.fetch_all(connection, sqlb.union_all([branch] * len(partitions)),
+                                         params):
+                partition, *message, retries, invisible, error = values
+                result.append(ReadRow(partition, message_row(message),
+                                      DeliveryRow(False, int(retries), int(invisible), error or "")))
+        result.sort(key=lambda row: row.message.position or 0)
+        return result
+
+    def window_counts(self, pairs: Sequence[tuple[str, str]], now_ms: int, cap: int,
+                      using: str) -> dict[tuple[str, str], tuple[int, int]]:
+        """Per (group, topic): (acked, in flight) among its delivery rows, each counted up
+        to ``cap``. Rows exist only for read, unpassed messages, so acked ones lie above a
+        watermark (acked out of order, or dead-lettered), and in-flight ones were delivered
+        and are still invisible. One query per 100 pairs."""
+        connection = connections[using]
+        q = sqlb.quoter(connection)
+        mine = (f"FROM {q('queue_delivery_state')} WHERE {q('consumer_group')} = %s "
+                f"AND {q('topic')} = %s AND ")
+        acked = (f"SELECT %s AS g, %s AS t, 0 AS k, COUNT(*) AS n FROM (SELECT 1 AS one {mine}"  # noqa: S608 - names quoted, values bound
+                 f"{q('acked')} = {vendor.true_sql(connection)} AND {q('parked')} = 0 LIMIT %s) AS s")
+        in_flight = (f"SELECT %s AS g, %s AS t, 1 AS k, COUNT(*) AS n FROM (SELECT 1 AS one {mine}"  # noqa: S608 - names quoted, values bound
+                     f"{q('acked')} = {vendor.false_sql(connection)} AND {q('retry_count')} >= 0 "
+                     f"AND {q('invisible_until')} > %s LIMIT %s) AS s")
+        counts = {pair: [0, 0] for pair in pairs}
+        for batch in sqlb.chunks(list(pairs), sqlb.MAX_UNION_BRANCHES // 2):
+            params: list[object] = []
+            for group, topic in batch:
+                params += [group, topic, group, topic, cap, group, topic, group, topic, now_ms, cap]
+            for group, topic, kind, n in sqlb.fetch_all(
+                    connection, sqlb.union_all([acked, in_flight] * len(batch)), params):
+                counts[(group, topic)][int(kind)] = int(n)
+        return {pair: (n[0], n[1]) for pair, n in counts.items()}
+
+    def groups_of(self, topic: str, using: str) -> list[str]:
+        """The groups with delivery rows of ``topic``."""
+        return sorted(set(self.using(using).filter(topic=topic)
+                          .values_list("consumer_group", flat=True).distinct()))

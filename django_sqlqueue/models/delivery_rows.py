@@ -1,0 +1,71 @@
+"""What the delivery state statements take and return: message references, a group's
+delivery row, a message read for a group, a hold; and the WHERE clause naming messages."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import NamedTuple
+
+from ..db import sql as sqlb
+from ..store.messages import MessageRow
+
+_PK = ("consumer_group", "topic", "partition_key", "message_offset")
+# retry_count of a row written for a message that was read but not yet delivered (delayed,
+# or waiting behind an earlier message of its key): the first delivery makes it 0.
+NEVER_DELIVERED = -1
+
+
+class MessageRef(NamedTuple):
+    partition: str
+    offset: int
+
+
+class DeliveryRow(NamedTuple):
+    """A group's delivery state for one message."""
+
+    acked: bool
+    retry_count: int  # NEVER_DELIVERED, or redeliveries so far (attempt = retry_count + 1)
+    invisible_until: int  # epoch ms, database clock
+    last_error: str
+
+
+class ReadRow(NamedTuple):
+    """A message read for a group: the log row and, if it has one, its delivery state."""
+
+    partition: str
+    message: MessageRow
+    delivery: DeliveryRow | None
+
+
+class Hold(NamedTuple):
+    """A message read but not delivered yet, kept invisible until ``until`` (epoch ms)."""
+
+    partition: str
+    offset: int
+    until: int
+
+
+def refs_sql(q: Callable[[str], str], refs: Sequence[MessageRef]) -> tuple[str, list[object]]:
+    """``partition_key IN (...) AND ((partition_key = ? AND message_offset IN (...)) OR ...)``.
+
+    A row-value list ``(partition_key, message_offset) IN ((..), ..)`` would be shorter, but
+    MariaDB plans a long one as a scan of the whole group. Even this form is planned as a
+    scan on a small table, which is why every statement using it also pins the primary key
+    (:func:`vendor.force_index_sql`): a scan locks rows of partitions other workers own.
+    """
+    by_partition: dict[str, list[int]] = {}
+    for partition, offset in refs:
+        by_partition.setdefault(partition, []).append(offset)
+    terms, params = [], []
+    for partition, offsets in by_partition.items():
+        terms.append(
+            f"({q('partition_key')} = %s AND {q('message_offset')} IN "
+            f"({sqlb.placeholders(len(offsets))}))"
+        )
+        params += [partition, *offsets]
+    partitions = list(by_partition)
+    return (
+        f"{q('partition_key')} IN ({sqlb.placeholders(len(partitions))}) AND ("
+        + " OR ".join(terms) + ")",
+        [*partitions, *params],
+    )

@@ -1,0 +1,204 @@
+"""The writes of ``queue_delivery_state``: deliver, hold, ack, nack, undo a delivery, extend,
+make due, delete. The worker runs them inside its fenced poll transaction (see
+:class:`django_sqlqueue.models.delivery.DeliveryStateManager`)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from django.db import connections, models
+
+from ..db import sql as sqlb
+from ..db import vendor
+from .delivery_rows import _PK, NEVER_DELIVERED, Hold, MessageRef, refs_sql
+from .fields import storable_error
+
+
+class DeliveryWrites(models.Manager[Any]):
+    """The writes of :class:`django_sqlqueue.models.delivery.DeliveryStateManager`."""
+
+    def mark_delivered(
+        self, group: str, topic: str, refs: Sequence[MessageRef], invisible_until: int,
+        using: str,
+    ) -> None:
+        """Make messages invisible until ``invisible_until``; a redelivery bumps retry_count."""
+        # One row per message: PostgreSQL refuses an upsert that reaches one row twice
+        # ("ON CONFLICT DO UPDATE command cannot affect row a second time"), and MariaDB
+        # and SQLite would count the redelivery twice.
+        refs = list(dict.fromkeys(MessageRef(*ref) for ref in refs))
+        if not refs:
+            return
+        connection = connections[using]
+        q = sqlb.quoter(connection)
+        false = vendor.false_sql(connection)
+        columns = ", ".join(q(c) for c in (*_PK, "acked", "invisible_until", "retry_count", "last_error"))
+        values = ", ".join([f"(%s, %s, %s, %s, {false}, %s, 0, '')"] * len(refs))
+        tail = sqlb.on_conflict_update(connection, "queue_delivery_state", _PK, {
+            "retry_count": "{old} + 1", "invisible_until": "{new}",
+        })
+        params: list[object] = []
+        for partition, offset in refs:
+            params += [group, topic, partition, offset, invisible_until]
+        sqlb.execute(
+            connection,
+            f"INSERT INTO {q('queue_delivery_state')} ({columns}) VALUES {values}{tail}",  # noqa: S608 - names quoted, values bound
+            params,
+        )
+
+    def hold(self, group: str, topic: str, holds: Sequence[Hold], using: str) -> None:
+        """Record messages read but not delivered yet (delayed, or behind their key), so a
+        worker that takes the partition over finds them without re-reading the log."""
+        holds = list({(hold.partition, hold.offset): hold for hold in holds}.values())
+        if not holds:
+            return
+        connection = connections[using]
+        q = sqlb.quoter(connection)
+        false = vendor.false_sql(connection)
+        prefix, suffix = sqlb.insert_ignore(connection, _PK)
+        columns = ", ".join(q(c) for c in (*_PK, "acked", "invisible_until", "retry_count", "last_error"))
+        for batch in sqlb.chunks(list(holds), 500):
+            values = ", ".join([f"(%s, %s, %s, %s, {false}, %s, {NEVER_DELIVERED}, '')"] * len(batch))
+            params: list[object] = []
+            for partition, offset, until in batch:
+                params += [group, topic, partition, offset, until]
+            sqlb.execute(
+                connection,
+                f"{prefix} {q('queue_delivery_state')} ({columns}) VALUES {values}{suffix}",
+                params,
+            )
+
+    def ack(self, group: str, topic: str, refs: Sequence[MessageRef], using: str,
+            error: str = "") -> int:
+        """Mark messages done for the group (``error`` is kept when dead-lettering)."""
+        if not refs:
+            return 0
+        connection = connections[using]
+        q = sqlb.quoter(connection)
+        set_error = f", {q('last_error')} = %s" if error else ""
+        where, params = refs_sql(q, refs)
+        return sqlb.execute(
+            connection,
+            f"UPDATE {sqlb.locked_table(connection, 'queue_delivery_state')} "  # noqa: S608 - names quoted, values bound
+            f"SET {q('acked')} = {vendor.true_sql(connection)}"
+            f"{set_error} WHERE {q('consumer_group')} = %s AND {q('topic')} = %s AND {where}",
+            ([storable_error(error)] if error else []) + [group, topic, *params],
+        )
+
+    def nack(self, group: str, topic: str, ref: MessageRef, invisible_until: int, error: str,
+             using: str) -> int:
+        """Make an unacked message visible again at ``invisible_until`` (non-blocking retry)."""
+        connection = connections[using]
+        q = sqlb.quoter(connection)
+        return sqlb.execute(
+            connection,
+            f"UPDATE {q('queue_delivery_state')} SET {q('invisible_until')} = %s, "  # noqa: S608 - names quoted, values bound
+            f"{q('last_error')} = %s WHERE {q('consumer_group')} = %s AND {q('topic')} = %s "
+            f"AND {q('partition_key')} = %s AND {q('message_offset')} = %s "
+            f"AND {q('acked')} = {vendor.false_sql(connection)}",
+            [invisible_until, storable_error(error), group, topic, *ref],
+        )
+
+    def undeliver(self, group: str, topic: str, ref: MessageRef, now_ms: int,
+                  using: str) -> int:
+        """Undo the latest delivery of an unacked message whose handler never started:
+        visible again at ``now_ms``, and that delivery no longer counts as an attempt."""
+        connection = connections[using]
+        q = sqlb.quoter(connection)
+        return sqlb.execute(
+            connection,
+            f"UPDATE {q('queue_delivery_state')} SET {q('invisible_until')} = %s, "  # noqa: S608 - names quoted, values bound
+            f"{q('retry_count')} = {q('retry_count')} - 1 "
+            f"WHERE {q('consumer_group')} = %s AND {q('topic')} = %s "
+            f"AND {q('partition_key')} = %s AND {q('message_offset')} = %s "
+            f"AND {q('acked')} = {vendor.false_sql(connection)} "
+            f"AND {q('retry_count')} > {NEVER_DELIVERED}",
+            [now_ms, group, topic, *ref],
+        )
+
+    def extend(self, group: str, topic: str, refs: Sequence[MessageRef], invisible_until: int,
+               using: str, fence: tuple[str, str, int] | None = None,
+               connection: Any = None) -> int:
+        """Push back the visibility timeout of in-flight messages, without counting a retry.
+
+        ``fence`` = (worker name, worker token, lease generation) makes the statement check
+        ownership itself, for callers outside the worker's fenced poll (a handler's own
+        extension). ``connection`` overrides the alias's connection of this thread.
+        """
+        if not refs:
+            return 0
+        connection = connection or connections[using]
+        q = sqlb.quoter(connection)
+        table = q("queue_delivery_state")
+        fence_sql, fence_params = "", []
+        if fence is not None:
+            fence_sql = (
+                f" AND EXISTS (SELECT 1 FROM {q('queue_partition_leases')} l "  # noqa: S608 - names quoted, values bound
+                f"WHERE l.{q('consumer_group')} = {table}.{q('consumer_group')} "
+                f"AND l.{q('topic')} = {table}.{q('topic')} "
+                f"AND l.{q('partition_key')} = {table}.{q('partition_key')} "
+                f"AND l.{q('leased_by')} = %s AND l.{q('lease_token')} = %s "
+                f"AND l.{q('generation')} = %s)"
+            )
+            fence_params = list(fence)
+        where, params = refs_sql(q, refs)
+        return sqlb.execute(
+            connection,
+            f"UPDATE {sqlb.locked_table(connection, 'queue_delivery_state')} "  # noqa: S608 - names quoted, values bound
+            f"SET {q('invisible_until')} = %s "
+            f"WHERE {q('consumer_group')} = %s AND {q('topic')} = %s AND {where} "
+            f"AND {q('acked')} = {vendor.false_sql(connection)}{fence_sql}",
+            [invisible_until, group, topic, *params, *fence_params],
+        )
+
+    def delete_acked(self, group: str, topic: str, refs: Sequence[MessageRef], using: str) -> int:
+        """Drop acked rows the watermark has passed; they are never read again."""
+        return self._delete(group, topic, refs, using, acked_only=True)
+
+    def delete_refs(self, group: str, topic: str, refs: Sequence[MessageRef], using: str) -> int:
+        """Drop the group's rows of messages that were deleted from the log (a discarded
+        or replayed dead letter), acked or not."""
+        return self._delete(group, topic, refs, using, acked_only=False)
+
+    def _delete(self, group: str, topic: str, refs: Sequence[MessageRef], using: str,
+                acked_only: bool) -> int:
+        if not refs:
+            return 0
+        connection = connections[using]
+        q = sqlb.quoter(connection)
+        acked_sql = f" AND {q('acked')} = {vendor.true_sql(connection)}" if acked_only else ""
+        deleted = 0
+        for batch in sqlb.chunks(list(refs), 500):
+            where, params = refs_sql(q, batch)
+            deleted += sqlb.execute(
+                connection,
+                f"{sqlb.delete_from(connection, 'queue_delivery_state')} "
+                f"WHERE {q('consumer_group')} = %s AND {q('topic')} = %s AND {where}{acked_sql}",
+                [group, topic, *params],
+            )
+        return deleted
+
+    def make_due(self, group: str, topic: str, ref: MessageRef, now_ms: int,
+                 using: str) -> int:
+        """Make a message that waits out a delay, a backoff or its key's head deliverable
+        now; a message delivered and not failed (running) is left alone."""
+        connection = connections[using]
+        q = sqlb.quoter(connection)
+        return sqlb.execute(
+            connection,
+            f"UPDATE {q('queue_delivery_state')} SET {q('invisible_until')} = %s "  # noqa: S608 - names quoted, values bound
+            f"WHERE {q('consumer_group')} = %s AND {q('topic')} = %s AND {q('partition_key')} = %s "
+            f"AND {q('message_offset')} = %s AND {q('acked')} = {vendor.false_sql(connection)} "
+            f"AND {q('invisible_until')} > %s "
+            f"AND ({q('retry_count')} = {NEVER_DELIVERED} OR {q('last_error')} <> '')",
+            [now_ms, group, topic, *ref, now_ms],
+        )
+
+    def delete_messages(self, groups: Sequence[str], topic: str, offsets: Sequence[int],
+                        using: str) -> int:
+        """Delete the groups' rows of these messages of ``topic`` (being deleted from the
+        log), a group at a time: each DELETE is then a primary-key range, not a scan of
+        other topics'."""
+        return sum(self.using(using).filter(consumer_group=group, topic=topic,
+                                            message_offset__in=offsets).delete()[0]
+                   for group in groups)
