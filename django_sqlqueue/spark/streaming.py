@@ -31,6 +31,8 @@ from pyspark.sql.streaming.datasource import (
     SupportsTriggerAvailableNow,
 )
 
+import django_sqlqueue.spark.tables as tables
+
 from ..exceptions import SQLQueueError
 from ..partitioning import partition_names
 from ..replays import replay_target
@@ -38,7 +40,6 @@ from ..store import heartbeats, offsets, sequencer
 from ..store import messages as message_store
 from ..store import topics as topic_store
 from ..store.connection import Connection, open_connection
-from . import tables
 from .options import Options, SparkOptionError
 
 logger = logging.getLogger("django_sqlqueue.spark")
