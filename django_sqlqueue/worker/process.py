@@ -2,7 +2,9 @@
 
 ``Worker.run()`` polls until stopped: read the log head (one query when idle), sequence
 newly committed messages, renew leases when due, then run a poll cycle when a partition
-has something to do, and hand fetched messages to handler threads.
+has something to do. A committed cycle's result is applied here, in one place: lost
+partitions dropped, settled outcomes forgotten, deliveries handed to handler threads, and
+the signals sent.
 """
 
 from __future__ import annotations
