@@ -14,7 +14,8 @@ from django_sqlqueue.consuming.registry import Subscription
 from django_sqlqueue.models.delivery import DeliveryRow, ReadRow
 from django_sqlqueue.models.messages import MessageRow
 from django_sqlqueue.models.waiting import PARKED_BEHIND, PARKED_DUE
-from django_sqlqueue.worker.partitions import Admitted, Partition
+from django_sqlqueue.worker.partitions import Partition
+from django_sqlqueue.worker.window import Admitted
 
 SUBSCRIPTION = Subscription(
     topic="t", group="g", handler=lambda message: None, max_attempts=3,

@@ -11,8 +11,8 @@ from django.utils.safestring import SafeString
 
 from .. import operations
 from ..models import DeadLetter
-from . import display
 from .actions import confirmation_page, confirmed, record
+from .display import first_line, pre, pretty_json, when
 from .filters import ConsumerGroupFilter, FailedFilter, OriginalTopicFilter
 from .paginator import CappedPaginator
 from .search import search_dead_letters
@@ -171,15 +171,15 @@ class DeadLetterAdmin(admin.ModelAdmin):
 
     @admin.display(description="last error")
     def error(self, obj: DeadLetter) -> str:
-        return display.first_line(obj.last_error)
+        return first_line(obj.last_error)
 
     @admin.display(description="failed")
     def failed(self, obj: DeadLetter) -> str:
-        return display.when(obj.failed_at)
+        return when(obj.failed_at)
 
     @admin.display(description="published")
     def published(self, obj: DeadLetter) -> str:
-        return display.when(obj.published_at)
+        return when(obj.published_at)
 
     @admin.display(description="original message")
     def original(self, obj: DeadLetter) -> str:
@@ -191,12 +191,12 @@ class DeadLetterAdmin(admin.ModelAdmin):
 
     @admin.display(description="payload")
     def payload_pretty(self, obj: DeadLetter) -> SafeString:
-        return display.pre(display.pretty_json(obj.payload))
+        return pre(pretty_json(obj.payload))
 
     @admin.display(description="headers")
     def headers_pretty(self, obj: DeadLetter) -> SafeString:
-        return display.pre(display.pretty_json(obj.metadata))
+        return pre(pretty_json(obj.metadata))
 
     @admin.display(description="error")
     def full_error(self, obj: DeadLetter) -> SafeString:
-        return display.pre(obj.last_error)
+        return pre(obj.last_error)

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from ..conf import get_settings
 from ..models import ConsumerOffset, DeliveryState, QueueMessage
 from ..models.delivery import NEVER_DELIVERED
-from . import display
+from .display import when
 
 
 @dataclass(frozen=True)
@@ -22,7 +22,7 @@ class GroupDelivery:
 
     @property
     def invisible_until_text(self) -> str:
-        return display.when(self.invisible_until)
+        return when(self.invisible_until)
 
 
 def deliveries(message: QueueMessage, now_ms: int) -> list[GroupDelivery]:

@@ -13,9 +13,9 @@ from django.views.decorators.http import require_POST
 
 from .. import operations
 from ..models import LogSequencer, QueueMessage
-from . import display
 from .actions import record
 from .deliveries import deliveries
+from .display import pre, pretty_json, when
 from .filters import PartitionFilter, TopicFilter
 from .paginator import CappedPaginator
 
@@ -115,11 +115,11 @@ class QueueMessageAdmin(admin.ModelAdmin):
 
     @admin.display(description="published")
     def published(self, obj: QueueMessage) -> str:
-        return display.when(obj.published_at)
+        return when(obj.published_at)
 
     @admin.display(description="due")
     def due(self, obj: QueueMessage) -> str:
-        return display.when(obj.deliver_at) if obj.deliver_at > obj.published_at else "-"
+        return when(obj.deliver_at) if obj.deliver_at > obj.published_at else "-"
 
     @admin.display(description="dead letter of")
     def dead_letter_of(self, obj: QueueMessage) -> str:
@@ -129,8 +129,8 @@ class QueueMessageAdmin(admin.ModelAdmin):
 
     @admin.display(description="payload")
     def payload_pretty(self, obj: QueueMessage) -> Any:
-        return display.pre(display.pretty_json(obj.payload))
+        return pre(pretty_json(obj.payload))
 
     @admin.display(description="headers")
     def headers_pretty(self, obj: QueueMessage) -> Any:
-        return display.pre(display.pretty_json(obj.metadata))
+        return pre(pretty_json(obj.metadata))

@@ -16,8 +16,9 @@ from django.utils.http import urlencode
 
 from .. import operations
 from ..models import Overview, QueueMessage
-from . import charts, display
 from .actions import record
+from .charts import lag_bar, sparkline
+from .display import age
 from .pages import PageAdmin
 
 OVERVIEW_URL_NAME = "django_sqlqueue_overview"
@@ -46,16 +47,16 @@ class OverviewAdmin(PageAdmin):
             "lag": row.lag,
             "lag_estimated": row.lag_estimated,
             "dead_letters_capped": row.dead_letters_capped,
-            "lag_bar": charts.lag_bar(row.lag, largest),
+            "lag_bar": lag_bar(row.lag, largest),
             "in_flight": row.in_flight,
             "dead_letters": row.dead_letters,
             "dead_letters_url": dead_letters + "?" + urlencode(
                 {"original_topic": row.topic, "consumer_group": row.group}),
             "partitions_url": partitions + "?" + urlencode({"group": row.group, "topic": row.topic}),
-            "oldest": display.age(row.oldest_pending_age_seconds),
+            "oldest": age(row.oldest_pending_age_seconds),
             "workers": row.workers,
             "paused": row.paused,
-            "spark": charts.sparkline(row.handled_per_minute),
+            "spark": sparkline(row.handled_per_minute),
             "handled_last_hour": sum(row.handled_per_minute),
             "failed_last_hour": sum(row.failed_per_minute),
             "trouble": bool(row.dead_letters or (row.lag and (row.workers == 0 or row.paused))),

@@ -27,8 +27,8 @@ from ..models import (
     Subscriber,
     SubscriberHeartbeat,
 )
-from . import display
 from .actions import record
+from .display import age, when
 from .paginator import CappedPaginator
 
 LIST_BREADCRUMBS = django.VERSION >= (6, 0)  # Django 6 draws breadcrumbs as a list
@@ -128,14 +128,14 @@ class PartitionAdmin(PageAdmin):
             rows.append({
                 "group": g, "topic": t, "partition": p,
                 "owner": owner or "-",
-                "lease_age": display.age((now_ms - lease.leased_at) / 1000)
+                "lease_age": age((now_ms - lease.leased_at) / 1000)
                 if lease is not None and owner else "-",
                 "stale": bool(owner) and lease is not None and lease.lease_renewed_at < stale_before,
                 "watermark": watermark,
                 "newest": seen.newest if seen and seen.newest is not None else "-",
                 "lag": seen.lag if seen else 0,
                 "lag_capped": bool(seen and seen.lag >= LAG_CAP),
-                "oldest": display.age((now_ms - seen.oldest_pending) / 1000)
+                "oldest": age((now_ms - seen.oldest_pending) / 1000)
                 if seen and seen.oldest_pending else "-",
             })
         all_marks = ConsumerOffset.objects.using(using)
@@ -198,8 +198,8 @@ class SubscriberAdmin(PageAdmin):
                 state = "stale"
             rows.append({
                 "name": beat.subscriber_name, "group": beat.consumer_group, "topic": beat.topic,
-                "heartbeat": display.when(beat.heartbeat_at),
-                "heartbeat_age": display.age((now_ms - beat.heartbeat_at) / 1000),
+                "heartbeat": when(beat.heartbeat_at),
+                "heartbeat_age": age((now_ms - beat.heartbeat_at) / 1000),
                 "state": state,
             })
         return {

@@ -7,7 +7,7 @@ import inspect
 import logging
 import re
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from importlib import import_module
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
@@ -22,7 +22,6 @@ from ..publishing import validate_topic
 from .backoff import Backoff, ExponentialBackoff
 
 if TYPE_CHECKING:
-    from ..worker.outcomes import Outcome
     from .message import Message
 
 Handler = Callable[["Message"], object]
@@ -31,11 +30,18 @@ _GROUP_RE = re.compile(r"[A-Za-z0-9._-]+")  # the whole name: use fullmatch
 logger = logging.getLogger("django_sqlqueue.worker")
 
 
+class RecordedOutcome(Protocol):
+    """What hooks see of a handler's outcome being recorded (its kind is its class)."""
+
+    @property
+    def message(self) -> Message: ...
+
+
 class SubscriptionHooks(Protocol):
     def handed_out(self, messages: list[Message], using: str) -> None:
         """``messages`` are being delivered (their handlers start after the commit)."""
 
-    def recorded(self, outcomes: list[Outcome], using: str) -> None:
+    def recorded(self, outcomes: Sequence[RecordedOutcome], using: str) -> None:
         """The handlers' ``outcomes`` (acks, retries, dead letters) are being recorded."""
 
     def started(self, stopping: threading.Event, stop: Callable[[], None], using: str) -> None:

@@ -14,9 +14,10 @@ from dataclasses import dataclass
 import pyarrow as pa
 from pyspark.sql.datasource import DataSourceReader, InputPartition
 
+import django_sqlqueue.spark.tables as tables
+
 from ..store import message_scans
 from ..store.connection import open_connection
-from . import tables
 from .options import Options
 
 

@@ -5,7 +5,8 @@ from __future__ import annotations
 from pyspark.sql.datasource import DataSource
 from pyspark.sql.types import StructType
 
-from . import tables
+import django_sqlqueue.spark.tables as tables
+
 from .options import Options, SparkOptionError, parse
 from .reading import SqlQueueReader
 

@@ -31,13 +31,14 @@ from pyspark.sql.streaming.datasource import (
     SupportsTriggerAvailableNow,
 )
 
+import django_sqlqueue.spark.tables as tables
+
 from ..exceptions import SQLQueueError
 from ..partitioning import partition_names
 from ..replays import replay_target
 from ..store import heartbeats, message_scans, offsets, sequencer
 from ..store import topics as topic_store
 from ..store.connection import Connection, open_connection
-from . import tables
 from .options import Options, SparkOptionError
 
 logger = logging.getLogger("django_sqlqueue.spark")

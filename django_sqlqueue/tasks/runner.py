@@ -25,7 +25,7 @@ from __future__ import annotations
 import json
 import logging
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from traceback import format_exception
@@ -37,10 +37,10 @@ from django.utils.module_loading import import_string
 
 from ..consuming.backoff import retry_delay
 from ..consuming.message import Message
+from ..consuming.registry import RecordedOutcome
 from ..exceptions import DeadLetter, Retry, SQLQueueError
 from ..logtext import loggable
 from ..models import TaskResultRecord
-from ..worker.outcomes import Outcome
 from .compat import (
     Task,
     TaskContext,
@@ -147,7 +147,7 @@ class TaskRunner:
         with self._lock:
             self._started.update(started)
 
-    def recorded(self, outcomes: list[Outcome], using: str) -> None:
+    def recorded(self, outcomes: Sequence[RecordedOutcome], using: str) -> None:
         """Store the attempts' outcomes with the cycle that records them; send
         task_finished once that commits."""
         with self._lock:

@@ -2,7 +2,8 @@
 
 A partition needs a cycle when new messages arrived in it, a handler reported, a timer
 it set (a retry, a delayed message, a visibility timeout) is due, its window has to be
-rebuilt, or a running handler's message needs its visibility extended.
+rebuilt, or a running handler's message needs its visibility extended. A worker in burst
+mode stops once no partition has anything left to do.
 """
 
 from __future__ import annotations
@@ -10,20 +11,6 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 
 from .partitions import Partition
-
-
-def note_heads(partitions: dict[tuple[str, str, str], Partition],
-               heads: Iterable[tuple[str, str, int]], groups: dict[str, set[str]]) -> None:
-    """Record the newest position of each partition that got messages, for the held ones.
-
-    ``heads`` is (topic, partition, highest new position); ``groups`` the groups this
-    worker runs per topic.
-    """
-    for topic, number, position in heads:
-        for group in groups.get(topic, ()):
-            partition = partitions.get((group, topic, number))
-            if partition is not None and (partition.head is None or position > partition.head):
-                partition.head = position
 
 
 def extension_due(partitions: Iterable[Partition], now_ms: int,
@@ -34,3 +21,15 @@ def extension_due(partitions: Iterable[Partition], now_ms: int,
 
 def cycle_wanted(partitions: Iterable[Partition], now_ms: int) -> bool:
     return any(p.wants_look(now_ms) for p in partitions)
+
+
+def nothing_left(partitions: Iterable[Partition], now_ms: int) -> bool:
+    """Whether no held partition has work of this run left (burst mode stops then)."""
+    partitions = list(partitions)
+    return (
+        not any(p.in_flight_count() or p.wants_look(now_ms) for p in partitions)
+        # A message that has run and waits out its retry backoff is still work of this
+        # run; one not run yet and delayed (run_after, a publish delay) is not.
+        and not any(e.attempts and e.state != "in_flight"
+                    for p in partitions for e in p.entries.values())
+    )

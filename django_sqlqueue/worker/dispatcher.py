@@ -1,5 +1,9 @@
 """Runs handlers on a thread pool and turns what they do into outcomes.
 
+What a handler does comes back to the main thread on two queues: its outcome, and the
+visibility extensions it makes itself (``Message.extend_visibility``, which the
+dispatcher gives each message before its handler starts).
+
 Handed-out messages wait for a free thread in a priority queue, not in submission order:
 a message of a higher priority (a task's ``priority``; 0 for subscriptions) starts before
 every lower one this worker has fetched, whichever partition it came from. Equal
@@ -17,27 +21,39 @@ import time
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 
-from django.db import close_old_connections
+from django.db import close_old_connections, connections
 
 from ..consuming.backoff import retry_delay
 from ..consuming.message import Message
-from ..exceptions import DeadLetter, Retry
+from ..exceptions import DeadLetter, LeaseLost, Retry, SQLQueueError
 from ..logtext import loggable
+from ..models import DeliveryState
 from ..models.fields import storable_error
+from .clock import DatabaseClock
 from .outcomes import Acked, DeadLettered, NotStarted, Outcome, Retried
 from .partitions import Ident, Partition
 
 logger = logging.getLogger("django_sqlqueue.worker")
 
+# (partition, offset, invisible until): extensions made by handler threads, for the main
+# thread to fold into the partition's state (only the main thread touches that state).
+Extensions = queue.SimpleQueue[tuple[Ident, int, int]]
+
 
 class Dispatcher:
-    """Hands messages to handler threads; outcomes come back on ``outcomes``."""
+    """Hands messages to handler threads; outcomes come back on ``outcomes``, and the
+    handlers' own visibility extensions on ``extensions``."""
 
-    def __init__(self, concurrency: int, wake: threading.Event,
+    def __init__(self, concurrency: int, wake: threading.Event, worker_name: str, token: str,
+                 clock: DatabaseClock, using: str,
                  on_finished: Callable[[Ident, float], None] | None = None) -> None:
         # Told each handler's run time (seconds) when metrics are on; None costs nothing.
         self.on_finished = on_finished
         self.outcomes: queue.SimpleQueue[Outcome] = queue.SimpleQueue()
+        self.extensions: Extensions = queue.SimpleQueue()
+        self._fence = (worker_name, token)  # what extensions check the lease with
+        self._clock = clock
+        self._using = using
         self._pool = ThreadPoolExecutor(max_workers=concurrency, thread_name_prefix="sqlqueue-handler")
         self._wake = wake
         self._running: dict[Future[None], tuple[Ident, int]] = {}
@@ -96,6 +112,10 @@ class Dispatcher:
                     and time.monotonic() - started > max_seconds)
 
     def submit(self, partition: Partition, generation: int, message: Message) -> None:
+        """Run ``message``'s handler on a free thread, highest priority first."""
+        worker_name, token = self._fence
+        message._extend = extender(partition, generation, message, worker_name, token,
+                                   self._clock, self._using, self.extensions)
         ref = (partition.ident, message.offset)
         with self._lock:
             self._running_refs[ref] = self._running_refs.get(ref, 0) + 1
@@ -196,3 +216,48 @@ def _priority(partition: Partition, message: Message) -> int:
         return int(priority_of(message.payload))
     except Exception:  # noqa: BLE001 - a message that names no usable priority runs at 0
         return 0
+
+
+def extender(partition: Partition, generation: int, message: Message, worker_name: str,
+             token: str, clock: DatabaseClock, using: str,
+             notices: Extensions) -> Callable[[float], None]:
+    """The extension function for one delivery: a single UPDATE that checks the lease
+    generation itself (the handler runs outside the worker's fenced poll transaction).
+
+    Inside the handler's own ``transaction.atomic`` the UPDATE runs on a connection of its
+    own and commits at once. On the handler's connection it would lock the delivery row
+    until the handler's transaction ends, and the worker, which extends and acks that row
+    in its poll transaction, would wait for it with every other partition.
+    """
+
+    def extend(seconds: float) -> None:
+        until = clock.now_ms() + int(seconds * 1000)
+        refs = [partition.ref(message.offset)]
+        fence = (worker_name, token, generation)
+        own = connections[using]
+        if not own.in_atomic_block:
+            updated = DeliveryState.objects.extend(partition.group, partition.topic, refs,
+                                                   until, using, fence=fence)
+        elif own.vendor == "sqlite":
+            raise SQLQueueError(
+                "cannot extend visibility inside transaction.atomic on SQLite: SQLite has "
+                "one writer at a time and this transaction is it; call extend_visibility() "
+                "before the atomic block or after it"
+            )
+        else:
+            separate = connections.create_connection(using)
+            try:
+                updated = DeliveryState.objects.extend(
+                    partition.group, partition.topic, refs, until, using, fence=fence,
+                    connection=separate,
+                )
+            finally:
+                separate.close()
+        if not updated:
+            raise LeaseLost(
+                f"cannot extend offset {message.offset}: partition {partition.number!r} of "
+                f"{partition.topic!r} is no longer leased to {worker_name}"
+            )
+        notices.put((partition.ident, message.offset, until))
+
+    return extend

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from ..consuming.registry import SubscriptionHooks
-    from .cycle import PartitionReport
+    from .results import PartitionReport
 
 
 def call(reports: Iterable[PartitionReport], items: Callable[[PartitionReport], list[Any]],

@@ -15,9 +15,13 @@ a lease.
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass, field
 
+from ..logtext import loggable
 from .partitions import Ident, Partition
+
+logger = logging.getLogger("django_sqlqueue.worker")
 
 RELEASE_AFTER = 3  # failures of a partition alone (not contention) before it is released
 FIRST_PAUSE = 0.1  # seconds before a partition that failed alone is tried again ...
@@ -62,6 +66,27 @@ class Isolation:
     def succeeded(self, batch: Batch) -> None:
         if batch.suspects is not None:
             self.groups.remove(batch.suspects)
+
+    def set_aside(self, batch: Batch, exc: Exception, contention: bool,
+                  now: float) -> Partition | None:
+        """``batch``'s cycle failed with ``exc``: log it, and try its partitions apart from
+        the others from now on. Returns its partition when, alone, it failed often enough
+        to be released."""
+        names = ",".join(sorted(f"{g}:{t}/{n}" for g, t, n in batch.partitions)[:10])
+        error = loggable(" ".join(f"{type(exc).__name__}: {exc}".split()), 300)
+        if contention:
+            logger.warning("poll cycle failed, trying its partitions apart from the others "
+                           "partitions=%s error=%s", names, error)
+        else:
+            logger.error("poll cycle failed, trying its partitions apart from the others "
+                         "partitions=%s error=%s", names, error, exc_info=exc)
+        if not self.failed(batch, contention, now):
+            return None
+        [partition] = batch.partitions.values()
+        logger.error("releasing a partition whose poll cycle keeps failing; its window "
+                     "will be read afresh group=%s topic=%s partition=%s failures=%s",
+                     partition.group, partition.topic, partition.number, RELEASE_AFTER)
+        return partition
 
     def failed(self, batch: Batch, contention: bool, now: float) -> bool:
         """Note that ``batch``'s cycle failed; return True when its partition, alone,

@@ -1,26 +1,25 @@
 """What a handler's run decided for one delivery, and what each decision does.
 
 Each kind of outcome is one class here: how the poll cycle records it (in its transaction,
-through a :class:`Ledger`) and which signal announces it once that transaction committed.
-A new kind is a new class in this module, raised by the dispatcher.
+through a :class:`Ledger`) and which signal announces it once that transaction committed
+(the worker sends it). A new kind is a new class in this module, raised by the dispatcher.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, ClassVar, Protocol
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
 from ..consuming.message import Message
-from . import announce
 from .partitions import Partition
 
 if TYPE_CHECKING:
     from ..models.delivery import MessageRef
-    from .partitions import Entry
+    from .window import Entry
 
 
 class Ledger(Protocol):
-    """The poll cycle's side of recording outcomes (see ``PollCycle._record``)."""
+    """The poll cycle's side of recording outcomes (see :mod:`.recording`)."""
 
     now_ms: int
 
@@ -49,14 +48,17 @@ class Outcome:
     writes_now: ClassVar[bool] = True
     # What it adds to the throughput counters once recorded: (handled, failed).
     counts: ClassVar[tuple[int, int]] = (0, 0)
-    # Cycles whose attempt to record it failed (see PollCycle._record_one).
+    # The signal (a name in django_sqlqueue.signals) announcing it once recorded; '' for none.
+    signal: ClassVar[str] = ""
+    # Cycles whose attempt to record it failed (see recording.record_one).
     failures: int = field(default=0, compare=False, repr=False)
 
     def record(self, ledger: Ledger, entry: Entry, ref: MessageRef) -> None:
         raise NotImplementedError
 
-    def announce(self) -> None:
-        raise NotImplementedError
+    def signal_arguments(self) -> dict[str, Any]:
+        """What its signal carries besides the message and the subscription."""
+        return {}
 
 
 @dataclass
@@ -66,13 +68,11 @@ class Acked(Outcome):
     stands_when_superseded: ClassVar[bool] = True
     writes_now: ClassVar[bool] = False  # acks are batched, one statement per subscription
     counts: ClassVar[tuple[int, int]] = (1, 0)
+    signal: ClassVar[str] = "message_acked"
 
     def record(self, ledger: Ledger, entry: Entry, ref: MessageRef) -> None:
         ledger.ack(self.partition, ref)
         self.partition.settled(entry)
-
-    def announce(self) -> None:
-        announce.acked(self.message, self.partition.subscription)
 
 
 @dataclass
@@ -81,14 +81,15 @@ class Retried(Outcome):
 
     delay: float = 0.0  # seconds
     counts: ClassVar[tuple[int, int]] = (0, 1)
+    signal: ClassVar[str] = "message_nacked"
 
     def record(self, ledger: Ledger, entry: Entry, ref: MessageRef) -> None:
         due = ledger.now_ms + int(self.delay * 1000)
         ledger.nack(self.partition, ref, due, self.error)
         self.partition.retry_at(entry, due, self.error)
 
-    def announce(self) -> None:
-        announce.nacked(self.message, self.partition.subscription, self.delay, self.error)
+    def signal_arguments(self) -> dict[str, Any]:
+        return {"delay": self.delay, "error": self.error}
 
 
 @dataclass
@@ -98,13 +99,12 @@ class NotStarted(Outcome):
     delivery is undone and the message is deliverable again at once, rather than waiting
     in flight for a handler that does not exist until its visibility runs out."""
 
+    # No signal: nothing happened to announce.
+
     def record(self, ledger: Ledger, entry: Entry, ref: MessageRef) -> None:
         ledger.undeliver(self.partition, ref)
         entry.attempts -= 1
         self.partition.retry_at(entry, ledger.now_ms, entry.last_error)
-
-    def announce(self) -> None:
-        pass  # nothing happened to announce
 
 
 @dataclass
@@ -113,10 +113,11 @@ class DeadLettered(Outcome):
     topic and done for this group."""
 
     counts: ClassVar[tuple[int, int]] = (1, 1)
+    signal: ClassVar[str] = "message_dead_lettered"
 
     def record(self, ledger: Ledger, entry: Entry, ref: MessageRef) -> None:
         ledger.dead_letter(self.partition, self.message, self.error)
         self.partition.settled(entry)
 
-    def announce(self) -> None:
-        announce.dead_lettered(self.message, self.partition.subscription, self.error)
+    def signal_arguments(self) -> dict[str, Any]:
+        return {"error": self.error}

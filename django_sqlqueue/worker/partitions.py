@@ -1,16 +1,10 @@
 """What a worker knows about each partition it holds, and the transitions of that state.
 
-A partition's *window* is the stretch of the log between the group's watermark (every
-message at or below it acked) and the read cursor (every message at or below it read
-into the window). The owner keeps each unacked message of the window in memory as an
-:class:`Entry`; everything else in the window is acked. So the watermark is simply the
-position below the lowest entry, and nothing acked is ever read again.
-
-Waiting messages need not stay: a message that waits longer than PARK_AFTER_MS (delayed,
-or a retry backing off), or waits while the window is crowded, is *parked* in the
-database (see :mod:`django_sqlqueue.models.waiting`) and read back when it comes due. The
-watermark does not wait for parked messages, so it is the position below the lowest entry
-that was never parked.
+A partition's *window* (see :mod:`.window`) is the stretch of the log between the group's
+watermark and the read cursor; the owner keeps each unacked message of it in memory as an
+``Entry``, and everything else in it is acked. So the watermark is simply the position
+below the lowest entry, and nothing acked is ever read again. Waiting messages need not
+stay: they are parked in the database (see :mod:`.parking`).
 
 Keys give the order: in strict mode (``batch_size=1``) a key's messages are handled one
 at a time in log order, and a key waits only for its own head, never for other keys of
@@ -23,65 +17,29 @@ from __future__ import annotations
 import contextlib
 import heapq
 import time
-from collections import deque
-from collections.abc import Callable
+from collections import defaultdict, deque
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING
 
-from ..conf import get_settings
-from ..models.delivery import NEVER_DELIVERED, DeliveryRow, MessageRef, ReadRow
-from ..models.waiting import PARKED_BEHIND, PARKED_DUE, KeyHead, Park
+from ..models.delivery import MessageRef, ReadRow
+from ..models.waiting import PARKED_BEHIND, PARKED_DUE, Park
 from ..replays import replay_target
 from ..rows import decode_json
+from .parking import Parking
+from .window import Admitted, Entry, attempts_of, max_window
 
 if TYPE_CHECKING:
     from ..consuming.message import Message
     from ..consuming.registry import Subscription
     from ..models.messages import MessageRow
 
-# Unacked messages a partition keeps in its window by default (SQLQUEUE["MAX_WINDOW"]): in
-# flight, due, or waiting briefly. Waiting messages beyond half of it are parked, so a
-# mass of delayed messages or a stuck key never fills it; when it is full (in-flight
-# messages and due ones read ahead) the partition reads no further until some are
-# consumed. Other partitions are not affected.
-MAX_WINDOW = 10_000
-# A message that will not be due for longer than this is parked instead of kept in memory.
-PARK_AFTER_MS = 1_000
-# parked_next when the partition has no parked message due ever (epoch ms).
-NEVER_MS = 2**62
-
-State = Literal["in_flight", "waiting", "blocked"]
+# (consumer group, topic, partition): a partition as one consumer group sees it.
+Ident = tuple[str, str, str]
 
 
 @dataclass
-class Entry:
-    """An unacked message of the window."""
-
-    offset: int
-    position: int
-    key: str  # '' for a keyless message
-    attempts: int  # deliveries so far (0: never delivered)
-    state: State
-    due_ms: int  # waiting: deliverable from; in flight: invisible until (epoch ms, DB clock)
-    last_error: str = ""
-    priority: int = 0  # a task's priority; 0 for messages of @subscriber handlers
-    parked: bool = False  # read back from a parked row: the watermark does not wait for it
-    # The sequence number of its one live timer (see Partition._schedule): a heap item
-    # carrying another number is stale.
-    timer: int = 0
-
-
-@dataclass
-class Admitted:
-    """What reading one message into the window decided for it."""
-
-    entry: Entry | None  # None: already acked
-    deliver: bool = False  # hand it out now
-    hold_until: int | None = None  # write a row keeping it invisible until then
-
-
-@dataclass
-class Partition:
+class Partition(Parking):
     """One leased (consumer group, topic, partition)."""
 
     subscription: Subscription
@@ -264,7 +222,7 @@ class Partition:
             # A replayed dead letter of another group: passed over as if acked, never run.
             return Admitted(None)
         entry = Entry(
-            message.offset, position, message.key, _attempts(delivery), "waiting",
+            message.offset, position, message.key, attempts_of(delivery), "waiting",
             message.deliver_at if delivery is None else delivery.invisible_until,
             "" if delivery is None else delivery.last_error, self._priority_of(message),
         )
@@ -443,144 +401,10 @@ class Partition:
         entry = self.entries.get(offset)
         return entry is not None and entry.timer == timer and entry.state != "blocked"
 
-    # ----------------------------------------------------------------- waiting messages
 
-    def parked_due(self, now_ms: int) -> bool:
-        """A parked message may be due: look for it in the database."""
-        return self.parked_next is None or self.parked_next <= now_ms
-
-    def unparked_count(self) -> int:
-        return len(self._unparked)
-
-    def unpark(self, row: ReadRow) -> Entry | None:
-        """Take a parked message that came due back into the window (it stays parked in
-        the database until it is acked, so the watermark never waits for it)."""
-        message, delivery = row.message, row.delivery
-        if message.offset in self.entries or delivery is None:
-            return None  # already here (in flight, or a retry waiting briefly)
-        entry = Entry(message.offset, message.position or 0, message.key, _attempts(delivery),
-                      "waiting", delivery.invisible_until, delivery.last_error,
-                      self._priority_of(message), parked=True)
-        self.entries[entry.offset] = entry
-        self._unparked.add(entry.offset)
-        self._moved = True
-        if self.strict and entry.key:
-            # Its later messages are parked behind it, and new ones join them.
-            self._parked_keys.add(entry.key)
-            self.parked_keys_possible = True
-            queue = self.key_queues.setdefault(entry.key, deque())
-            # Normally empty: a key's parked messages follow the ones kept here.
-            index = sum(1 for o in queue if self.entries[o].position < entry.position)
-            queue.insert(index, entry.offset)
-            if index > 0:
-                entry.state = "blocked"
-                return entry
-            if len(queue) > 1 and self.entries[queue[1]].state == "waiting":
-                self.entries[queue[1]].state = "blocked"
-        self._schedule(entry)
-        return entry
-
-    def looked_for_parked(self, next_due: int | None) -> None:
-        """The database was asked for due parked messages: ``next_due`` is when the next
-        one not taken comes due (None: there is none)."""
-        self.parked_next = NEVER_MS if next_due is None else next_due
-
-    def park_retries(self, now_ms: int) -> None:
-        """Park the retries recorded since the last call that back off for long."""
-        retried, self._retried = self._retried, []
-        for entry in retried:
-            if (self.entries.get(entry.offset) is entry and entry.state == "waiting"
-                    and entry.due_ms > now_ms + PARK_AFTER_MS):
-                self._park_entries(entry)
-
-    def take_parking(self) -> list[Park]:
-        """The rows to park that this cycle decided on (the caller writes them)."""
-        parking, self._parking = self._parking, []
-        # Keys with no entries here any more: the database says whether they have parked
-        # messages (so this set stays as small as the window).
-        self._parked_keys.intersection_update(self.key_queues)
-        return parking
-
-    def take_key_checks(self) -> list[str]:
-        """Keys whose entries here are all done and whose next parked message (if any)
-        may go now."""
-        checks, self._key_checks = self._key_checks, []
-        return [key for key in dict.fromkeys(checks) if key not in self.key_queues]
-
-    def keys_have_parked(self, keys: set[str]) -> None:
-        """``keys`` have parked messages: their new messages are parked behind them."""
-        self._parked_keys.update(keys)
-        if keys:
-            self.parked_keys_possible = True
-
-    def key_head_found(self, key: str, head: KeyHead | None) -> None:
-        """The first parked message of ``key`` (None: it has none), now PARKED_DUE."""
-        if head is None:
-            self._parked_keys.discard(key)
-        elif self.parked_next is not None:
-            self.parked_next = min(self.parked_next, head.until)
-
-    def _waits_long(self, entry: Entry, now_ms: int, behind: bool) -> bool:
-        """Whether a message just read should be parked rather than kept here: it will
-        not be due for long, or it waits (for its time or its key) in a crowded window."""
-        if entry.due_ms > now_ms + PARK_AFTER_MS:
-            return True
-        if not behind and entry.due_ms <= now_ms:
-            return False  # deliverable now
-        return len(self.entries) >= max_window() // 2
-
-    def _park_new(self, entry: Entry, state: int) -> Admitted:
-        self._park(entry, state)
-        return Admitted(None)
-
-    def _park_entries(self, entry: Entry) -> None:
-        """Park ``entry`` and, in strict mode, every other entry of its key (all later:
-        a key's messages kept here come before its parked ones)."""
-        offsets = [entry.offset]
-        if self.strict and entry.key:
-            queue = self.key_queues.get(entry.key)
-            if queue:
-                if any(self.entries[o].state == "in_flight" for o in queue if o != entry.offset):
-                    return  # one of them runs: its outcome needs its entry
-                offsets = list(queue)
-                del self.key_queues[entry.key]
-        for index, offset in enumerate(offsets):
-            parked = self.entries.pop(offset)
-            self._in_flight.discard(offset)
-            self._unparked.discard(offset)
-            self._park(parked, PARKED_DUE if index == 0 else PARKED_BEHIND)
-        self._moved = True
-
-    def _park(self, entry: Entry, state: int) -> None:
-        self._parking.append(Park(self.number, entry.offset, entry.key, entry.position,
-                                  entry.due_ms, state))
-        if self.strict and entry.key:
-            self._parked_keys.add(entry.key)
-            self.parked_keys_possible = True
-        if state == PARKED_DUE and self.parked_next is not None:
-            self.parked_next = min(self.parked_next, entry.due_ms)
-
-    def _forget_parked(self) -> None:
-        self.parked_next = None
-        self._unparked.clear()
-        self._parking.clear()
-        self._retried.clear()
-        self._parked_keys.clear()
-        self._key_checks.clear()
-        self.parked_keys_possible = None
-
-
-def max_window() -> int:
-    """Unacked messages a partition keeps in memory (SQLQUEUE["MAX_WINDOW"])."""
-    return get_settings().max_window
-
-
-def _attempts(delivery: DeliveryRow | None) -> int:
-    if delivery is None or delivery.retry_count == NEVER_DELIVERED:
-        return 0
-    return delivery.retry_count + 1
-
-
-# (consumer group, topic, partition): a partition as one consumer group sees it.
-Ident = tuple[str, str, str]
-
+def by_subscription(partitions: Iterable[Partition]) -> dict[tuple[str, str], list[Partition]]:
+    """``partitions`` per (consumer group, topic): one statement serves each such group."""
+    grouped: dict[tuple[str, str], list[Partition]] = defaultdict(list)
+    for partition in partitions:
+        grouped[(partition.group, partition.topic)].append(partition)
+    return grouped

@@ -14,17 +14,15 @@ from __future__ import annotations
 
 import heapq
 from collections.abc import Callable
-from typing import TYPE_CHECKING
 
 from ..consuming.message import Message
 from ..models import DeliveryState, QueueMessage
 from ..models.delivery import Hold
 from ..models.messages import MessageRow
-from .partitions import Entry, Partition
+from .handout import HandOut
+from .partitions import Partition
 from .waiting import note_parked_keys
-
-if TYPE_CHECKING:
-    from .cycle import CycleResult, PollCycle, _Writes
+from .window import Entry
 
 # Messages one cycle reads ahead for a subscription, over all its partitions: bounds the
 # cycle's cost however deep the backlog is; later cycles read on until the windows hold
@@ -52,9 +50,8 @@ def best_first(partitions: list[Partition], now_ms: int, limit: int) -> list[tup
     return chosen
 
 
-def deliver_by_priority(cycle: PollCycle, members: list[Partition], limit: int, now_ms: int,
-                        writes: _Writes, result: CycleResult,
-                        on_hand_out: Callable[[Partition], None]) -> None:
+def deliver_by_priority(members: list[Partition], limit: int, now_ms: int, handout: HandOut,
+                        on_hand_out: Callable[[Partition], None], using: str) -> None:
     """Read ahead into the windows of one subscription's ``members``, then hand out its
     ``limit`` best due messages; what is read and not handed out is held."""
     subscription = members[0].subscription
@@ -66,10 +63,10 @@ def deliver_by_priority(cycle: PollCycle, members: list[Partition], limit: int, 
         each = max(1, READ_AHEAD // len(reads))
         limits = {p.number: min(each, p.window_space()) for p in reads}
         rows = DeliveryState.objects.read_new(
-            group, topic, {p.number: (p.cursor, limits[p.number]) for p in reads}, cycle.using)
+            group, topic, {p.number: (p.cursor, limits[p.number]) for p in reads}, using)
         by_number = {p.number: p for p in reads}
         counts = dict.fromkeys(limits, 0)
-        note_parked_keys(reads, rows, cycle.using)
+        note_parked_keys(reads, rows, using)
         for row in rows:
             partition = by_number[row.partition]
             counts[row.partition] += 1
@@ -85,7 +82,7 @@ def deliver_by_priority(cycle: PollCycle, members: list[Partition], limit: int, 
                 partition.head = partition.cursor  # a short read reached the end
     chosen = best_first(members, now_ms, limit)
     missing = [entry.offset for _, entry in chosen if entry.offset not in fresh]
-    stored = QueueMessage.objects.by_offsets(missing, cycle.using) if missing else {}
+    stored = QueueMessage.objects.by_offsets(missing, using) if missing else {}
     for partition, entry in chosen:
         message_row = fresh.get(entry.offset) or stored.get(entry.offset)
         if message_row is None:  # cannot happen while the watermark is below it; never wedge on it
@@ -95,9 +92,9 @@ def deliver_by_priority(cycle: PollCycle, members: list[Partition], limit: int, 
         held.pop(entry.offset, None)
         message = Message.from_row(message_row, group, entry.attempts + 1, partition.number)
         if entry.attempts >= subscription.max_attempts:
-            cycle.expire(partition, entry, message, result)
+            handout.expire(partition, entry, message)
             continue
-        cycle._hand_out(partition, entry, message, writes, result)
+        handout.give(partition, entry, message)
         on_hand_out(partition)
     if held:
-        writes.holds[(group, topic)].extend(held.values())
+        handout.holds[(group, topic)].extend(held.values())

@@ -2,7 +2,9 @@
 
 ``Worker.run()`` polls until stopped: read the log head (one query when idle), sequence
 newly committed messages, renew leases when due, then run a poll cycle when a partition
-has something to do, and hand fetched messages to handler threads.
+has something to do. A committed cycle's result is applied here, in one place: lost
+partitions dropped, settled outcomes forgotten, deliveries handed to handler threads, and
+the signals sent.
 """
 
 from __future__ import annotations
@@ -15,32 +17,36 @@ import socket
 import threading
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from django.db import connections
 
+from .. import signals
 from ..conf import get_settings
+from ..consuming.message import Message
 from ..consuming.registry import Subscription
 from ..db.errors import is_disconnect, is_transient
 from ..db.vendor import has_row_locks
 from ..logtext import loggable
-from ..models import GroupControl, LogSequencer, QueueMessage
+from ..models import GroupControl, LogSequencer
 from ..models.fields import SUBSCRIBER_NAME_LENGTH
-from ..sequencing import sequence_once
-from . import announce, attention
+from . import attention
+from .arrivals import note_new_messages, sequence_backlog
 from .clock import DatabaseClock
 from .collector import GarbageCollector
 from .controls import Controls
-from .cycle import CycleResult, PollCycle
+from .cycle import PollCycle
 from .dispatcher import Dispatcher
-from .extension import Extensions, extender
 from .faults import FaultBackoff
 from .interrupts import stop_on_signals
-from .isolation import RELEASE_AFTER, Batch, Isolation
+from .isolation import Batch, Isolation
 from .leasing import Leasing
 from .outcomes import Outcome
 from .partitions import Ident, Partition
+from .results import CycleResult
 from .session import SessionBounds
+from .shutdown import drain
+from .startup import Startup
 
 if TYPE_CHECKING:
     from ..metrics.worker import WorkerMetrics
@@ -48,7 +54,6 @@ if TYPE_CHECKING:
 logger = logging.getLogger("django_sqlqueue.worker")
 
 ACQUIRE_INTERVAL = 0.5  # seconds between rebalance checks and lease attempts between renewals
-SEQUENCE_ROUNDS = 5  # sequencing transactions at most per poll
 SLOW_CYCLE = 1.0  # seconds; a poll cycle slower than this is logged
 # Exit status of a worker that stopped while handlers were still running after the
 # shutdown grace period (their messages are redelivered after the visibility timeout).
@@ -92,12 +97,12 @@ class Worker:
         self.concurrency = concurrency
         # Prometheus metrics, when runqueueworker --metrics-port asked for them.
         self.metrics = metrics
-        self.dispatcher = Dispatcher(concurrency, self.wake,
-                                     metrics.handler_finished if metrics else None)
         self.leasing = Leasing(self.name, using, subscriptions, conf.lease_duration)
+        self.dispatcher = Dispatcher(concurrency, self.wake, self.name, self.leasing.token,
+                                     self.clock, using,
+                                     metrics.handler_finished if metrics else None)
         self.cycle = PollCycle(self.name, self.leasing.token, using, conf.dlq_suffix,
                                self.clock.now_ms, self.dispatcher.is_running, self._may_extend)
-        self.extensions: Extensions = queue.SimpleQueue()
         self.faults = FaultBackoff(using)
         self.isolation = Isolation()
         self.session = SessionBounds(using, conf.lease_duration)
@@ -112,7 +117,8 @@ class Worker:
         self._next_maintain = 0.0
         self._next_acquire = 0.0
         self.collector: GarbageCollector | None = None
-        self._name_deadline: float | None = None
+        self.startup = Startup(self.name, using, self.leasing, self.session, self.clock,
+                               conf.lease_duration + conf.renew_interval)
         self.cycles = 0  # poll cycles run, and the longest one (seconds), logged at stop
         self.longest_cycle = 0.0
         self.exit_code = 0
@@ -165,34 +171,15 @@ class Worker:
         return self.exit_code
 
     def _start(self) -> float:
-        """Check the name is free, note the log head, record the topics' partition counts
-        and create their lease rows. Returns 0 once started, else seconds until the next try.
-        """
-        self.session.ensure()
-        head, _, db_now = LogSequencer.objects.head(self.using)
-        self.clock.sync(db_now)
-        if self.leasing.name_in_use(db_now):
-            return self._name_taken()
-        self.leasing.prepare()
-        self._seen_head = head
-        return 0.0
-
-    def _name_taken(self) -> float:
-        """Two live workers under one name would share leases: wait for a previous worker of
-        this name (restarted after a crash) to go stale, or refuse to start."""
-        now = time.monotonic()
-        if self._name_deadline is None:
-            self._name_deadline = now + self.conf.lease_duration + self.conf.renew_interval
-            logger.warning("a worker named %s was alive moments ago; waiting up to %.0fs for its "
-                           "lease to expire", self.name, self._name_deadline - now)
-        if now < self._name_deadline:
-            return 0.5
-        self.exit_reason = (f"another worker named {self.name!r} is running; give each worker a "
-                            "unique --name")
-        logger.error("%s", self.exit_reason)
-        self.exit_code = 2
-        self.stop()
-        return 0.0
+        """One try at starting (see :mod:`.startup`); 0 once started or refused, else
+        seconds until the next try."""
+        delay = self.startup.attempt()
+        if self.startup.refusal:
+            self.exit_reason = self.startup.refusal
+            self.exit_code = 2
+            self.stop()
+        self._seen_head = self.startup.head
+        return delay
 
     def stop(self) -> None:
         self.stopping.set()
@@ -215,7 +202,7 @@ class Worker:
         self.clock.sync(db_now)
         self.controls.note_version(controls)
         if pending:
-            head, pending = self._sequence(head)
+            head, pending = sequence_backlog(head, self.using, self.name)
         now = time.monotonic()
         now_ms = self.clock.now_ms()
         if now >= self._next_maintain:
@@ -295,40 +282,16 @@ class Worker:
         return result
 
     def _set_aside(self, batch: Batch, exc: Exception, contention: bool) -> None:
-        """A cycle failed: try its partitions apart from the others from now on, and
-        release one that keeps failing alone."""
-        members = batch.partitions
-        names = ",".join(sorted(f"{g}:{t}/{n}" for g, t, n in members)[:10])
-        error = loggable(" ".join(f"{type(exc).__name__}: {exc}".split()), 300)
-        if contention:
-            logger.warning("poll cycle failed, trying its partitions apart from the others "
-                           "partitions=%s error=%s", names, error)
-        else:
-            logger.error("poll cycle failed, trying its partitions apart from the others "
-                         "partitions=%s error=%s", names, error, exc_info=exc)
+        """A cycle failed: try its partitions apart from the others from now on (see
+        :mod:`.isolation`), and release one that keeps failing alone."""
+        if not contention:
             # A connection an unexpected error left in doubt is replaced.
             with contextlib.suppress(Exception):
                 connections[self.using].close()
-        if self.isolation.failed(batch, contention, time.monotonic()):
-            [partition] = members.values()
-            logger.error("releasing a partition whose poll cycle keeps failing; its window "
-                         "will be read afresh group=%s topic=%s partition=%s failures=%s",
-                         partition.group, partition.topic, partition.number, RELEASE_AFTER)
+        partition = self.isolation.set_aside(batch, exc, contention, time.monotonic())
+        if partition is not None:
             self.session.ensure()  # a connection opened afresh gets its bounds first
             self.leasing.give_up(partition)
-
-    def _sequence(self, head: int) -> tuple[int, bool]:
-        """Sequence the backlog, a few batches per poll; return the new log head and whether
-        committed messages may still wait (another worker is sequencing, or more than this
-        poll's rounds were waiting)."""
-        for _ in range(SEQUENCE_ROUNDS):
-            batch = sequence_once(self.using, self.name)
-            if batch.last_position is None:
-                return head, True
-            head = max(head, batch.last_position)
-            if not batch.more or batch.positioned == 0:
-                return head, batch.more
-        return head, True
 
     def _maintain(self, now: float, now_ms: int) -> None:
         self.leasing.maintain(now_ms, acquire=not self.stopping.is_set())
@@ -347,7 +310,7 @@ class Worker:
         """Fold handlers' own visibility extensions into their partitions' state."""
         while True:
             try:
-                ident, offset, until = self.extensions.get_nowait()
+                ident, offset, until = self.dispatcher.extensions.get_nowait()
             except queue.Empty:
                 return
             partition = self.partitions.get(ident)
@@ -357,35 +320,31 @@ class Worker:
     def _note_new_messages(self, head: int) -> None:
         if self._seen_head is None or head <= self._seen_head:
             return
-        heads = QueueMessage.objects.partition_heads(self._seen_head, head, self.topics,
-                                                     self.using)
-        attention.note_heads(self.partitions, heads, self.groups_by_topic)
+        note_new_messages(self.partitions, self._seen_head, head, self.topics,
+                          self.groups_by_topic, self.using)
         # Only now: had the read failed, the next poll must read these positions again.
         self._seen_head = head
 
     def _apply(self, result: CycleResult) -> None:
-        """Fold a committed cycle into the worker: forget lost partitions, hand deliveries
-        to handler threads, then send the signals (a slow or failing receiver delays no
-        handler)."""
+        """Fold a committed cycle into the worker: forget lost partitions and the outcomes
+        it settled, hand deliveries to handler threads, then send the signals (a slow or
+        failing receiver delays no handler)."""
         self.leasing.drop(result.lost)
         done = {id(o) for o in result.done}
         self._pending = [o for o in self._pending if id(o) not in done]
-        for report in result.reports.values():
-            partition = report.partition
-            for delivery in report.deliveries:
-                delivery.message._extend = extender(
-                    partition, delivery.generation, delivery.message, self.name,
-                    self.leasing.token, self.clock, self.using, self.extensions,
-                )
-                self.dispatcher.submit(partition, delivery.generation, delivery.message)
+        for delivery in result.deliveries:
+            self.dispatcher.submit(delivery.partition, delivery.generation, delivery.message)
         for report in result.reports.values():
             subscription = report.partition.subscription
             for outcome in report.recorded:
-                outcome.announce()
+                if outcome.signal:
+                    _send(outcome.signal, outcome.message, subscription=subscription,
+                          **outcome.signal_arguments())
             for dead in report.dead_on_fetch:
-                announce.dead_lettered(dead.message, subscription, dead.error)
+                _send("message_dead_lettered", dead.message, subscription=subscription,
+                      error=dead.error)
             for delivery in report.deliveries:
-                announce.delivered(delivery.message, subscription)
+                _send("message_delivered", delivery.message, subscription=subscription)
 
     def _may_extend(self, ident: Ident, offset: int) -> bool:
         return self.dispatcher.may_extend(ident, offset, self.conf.max_handler_time)
@@ -402,17 +361,11 @@ class Worker:
         return {o.partition.ident for o in self._pending}
 
     def _burst_done(self, delivered: int, pending: bool) -> bool:
-        now_ms = self.clock.now_ms()
         return (
             delivered == 0 and not pending and not self._pending
             and self.dispatcher.busy == 0
-            and not any(p.in_flight_count() or p.wants_look(now_ms)
-                        for p in self.partitions.values())
+            and attention.nothing_left(self.partitions.values(), self.clock.now_ms())
             and self.leasing.nothing_claimable
-            # A message that has run and waits out its retry backoff is still work of this
-            # run; one not run yet and delayed (run_after, a publish delay) is not.
-            and not any(e.attempts and e.state != "in_flight"
-                        for p in self.partitions.values() for e in p.entries.values())
         )
 
     # ------------------------------------------------------------------ stopping
@@ -420,22 +373,9 @@ class Worker:
     def _shutdown(self) -> None:
         """Finish in-flight handlers within the grace period, record their outcomes,
         release every lease and deregister."""
-        for partition in self.partitions.values():
-            partition.draining = True
-        deadline = time.monotonic() + self.conf.shutdown_grace
-        while time.monotonic() < deadline:
-            busy = self.dispatcher.busy
-            self._step("drain", self._tick)
-            if not busy and not self._pending:
-                break
-            self.wake.wait(min(0.05, max(0.0, deadline - time.monotonic())))
-            self.wake.clear()
-        abandoned = self.dispatcher.busy
-        if abandoned:
-            logger.warning(
-                "shutdown grace over with %s handler(s) still running; their messages will "
-                "be redelivered after the visibility timeout", abandoned,
-            )
+        abandoned = drain(self.partitions.values(), self.conf.shutdown_grace,
+                          lambda: self.dispatcher.busy, lambda: self._step("drain", self._tick),
+                          lambda: bool(self._pending), self.wake)
         self._step("release", self._release_everything)
         self.dispatcher.shutdown(wait=False)
         if abandoned and not self.exit_code:
@@ -448,3 +388,17 @@ class Worker:
     def _release_everything(self) -> None:
         self.leasing.release_all()
         self.leasing.deregister(self.clock.now_ms())
+
+
+def _send(name: str, message: Message, **arguments: Any) -> None:
+    """Send the signal ``name`` of :mod:`django_sqlqueue.signals`. Receivers are the
+    project's code: one that raises must not keep a message from its handler, nor stop
+    the worker, so each is called, its failure logged, and the others still run."""
+    signal = getattr(signals, name)
+    for receiver, result in signal.send_robust(sender=Message, message=message, **arguments):
+        if isinstance(result, Exception):
+            logger.error(
+                "signal receiver failed signal=%s receiver=%s topic=%s offset=%s error=%s: %s",
+                name, getattr(receiver, "__qualname__", repr(receiver)), message.topic,
+                message.offset, type(result).__name__, loggable(result, 300),
+            )

@@ -1,0 +1,47 @@
+"""New messages in the log: the committed backlog sequenced, and the partitions that got
+messages told so (a partition with nothing new and nothing due needs no poll cycle)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from ..models import QueueMessage
+from ..sequencing import sequence_once
+from .partitions import Ident, Partition
+
+SEQUENCE_ROUNDS = 5  # sequencing transactions at most per poll
+
+
+def sequence_backlog(head: int, using: str, worker_name: str) -> tuple[int, bool]:
+    """Sequence the backlog, a few batches per poll; return the new log head and whether
+    committed messages may still wait (another worker is sequencing, or more than this
+    poll's rounds were waiting)."""
+    for _ in range(SEQUENCE_ROUNDS):
+        batch = sequence_once(using, worker_name)
+        if batch.last_position is None:
+            return head, True
+        head = max(head, batch.last_position)
+        if not batch.more or batch.positioned == 0:
+            return head, batch.more
+    return head, True
+
+
+def note_new_messages(partitions: dict[Ident, Partition], seen: int, head: int,
+                      topics: list[str], groups: dict[str, set[str]], using: str) -> None:
+    """Tell the held partitions that got messages between log positions ``seen`` and
+    ``head`` how far they now reach; ``groups`` are the groups this worker runs per topic."""
+    note_heads(partitions, QueueMessage.objects.partition_heads(seen, head, topics, using),
+               groups)
+
+
+def note_heads(partitions: dict[Ident, Partition], heads: Iterable[tuple[str, str, int]],
+               groups: dict[str, set[str]]) -> None:
+    """Record the newest position of each partition that got messages, for the held ones.
+
+    ``heads`` is (topic, partition, highest new position).
+    """
+    for topic, number, position in heads:
+        for group in groups.get(topic, ()):
+            partition = partitions.get((group, topic, number))
+            if partition is not None and (partition.head is None or position > partition.head):
+                partition.head = position

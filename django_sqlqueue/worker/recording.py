@@ -1,0 +1,145 @@
+"""Recording handlers' outcomes in the poll cycle's transaction: acks, retries, dead letters.
+
+Acks are batched into one statement per consumer group and topic; every other outcome
+writes at once, in a savepoint of its own, so one the database refuses is kept back
+without failing the cycle for every other partition.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections import defaultdict
+
+from django.core.serializers.json import DjangoJSONEncoder
+from django.db import transaction
+
+from ..consuming.message import Message
+from ..db.errors import is_transient
+from ..logtext import loggable
+from ..models import DeliveryState, QueueMessage
+from ..models.delivery import MessageRef
+from ..models.messages import DeadLetterSource
+from . import hooks
+from .outcomes import Outcome
+from .partitions import Ident, Partition
+from .results import CycleResult
+from .window import Entry
+
+logger = logging.getLogger("django_sqlqueue.worker")
+
+# Cycles in which recording one outcome may fail before it is dropped (and its message
+# redelivered once its visibility runs out).
+OUTCOME_ATTEMPTS = 3
+
+
+def record(partitions: dict[Ident, Partition], outcomes: list[Outcome], lost: set[Ident],
+           sitting_out: set[Ident], now_ms: int, result: CycleResult, using: str,
+           dlq_suffix: str) -> None:
+    """Record the ``outcomes`` of held partitions; mark in ``result`` which are done."""
+    ledger = Ledger(now_ms, using, dlq_suffix)
+    for outcome in outcomes:
+        partition = outcome.partition
+        if partition.ident in sitting_out and partitions.get(partition.ident) is partition:
+            continue  # recorded once its lease row can be fenced again
+        if (partitions.get(partition.ident) is not partition or partition.ident in lost
+                or outcome.generation != partition.generation):
+            result.done.append(outcome)
+            continue  # the partition was lost: its new owner decides
+        entry = partition.entry_for(outcome.message)
+        if entry is None:
+            result.done.append(outcome)
+            continue  # already acked (a duplicate run finished first)
+        if outcome.message.attempt < entry.attempts and not outcome.stands_when_superseded:
+            result.done.append(outcome)
+            continue  # a newer delivery of it is running; that one decides
+        if record_one(outcome, ledger, entry, partition, using):
+            result.done.append(outcome)
+            result.report(partition).recorded.append(outcome)
+        elif outcome.failures >= OUTCOME_ATTEMPTS:
+            result.done.append(outcome)
+            logger.error(
+                "giving up recording a handler outcome after %s failures; the message "
+                "will be redelivered when its visibility runs out group=%s topic=%s "
+                "partition=%s offset=%s", outcome.failures, partition.group,
+                partition.topic, partition.number, entry.offset,
+            )
+    ledger.flush()
+    hooks.call(result.reports.values(), lambda report: report.recorded,
+               lambda hooks_, recorded: hooks_.recorded(recorded, using))
+
+
+def record_one(outcome: Outcome, ledger: Ledger, entry: Entry, partition: Partition,
+               using: str) -> bool:
+    """Record one outcome in a savepoint of its own: an outcome the database refuses
+    (a bug, or a value no check foresaw) is kept back, not allowed to fail the whole
+    cycle and with it every other partition's progress. Returns whether it stuck."""
+    if not outcome.writes_now:
+        outcome.record(ledger, entry, partition.ref(entry.offset))
+        return True
+    try:
+        with transaction.atomic(using=using):
+            outcome.record(ledger, entry, partition.ref(entry.offset))
+    except Exception as exc:
+        if is_transient(exc):
+            raise  # contention or a lost connection: the whole cycle is retried
+        outcome.failures += 1
+        logger.warning(
+            "could not record a handler outcome (try %s of %s) group=%s topic=%s "
+            "partition=%s offset=%s error=%s: %s", outcome.failures, OUTCOME_ATTEMPTS,
+            partition.group, partition.topic, partition.number, entry.offset,
+            type(exc).__name__, loggable(" ".join(str(exc).split()), 300),
+        )
+        return False
+    return True
+
+
+def dead_letter(partition: Partition, message: Message, error: str, dlq_suffix: str,
+                using: str) -> None:
+    """Copy to the group's dead-letter topic and ack for this group only; the original
+    stays in the log for every other group."""
+    QueueMessage.objects.copy_to_dead_letters(
+        _dead_letter_source(message), partition.topic + dlq_suffix, partition.group,
+        message.attempt, error, using,
+    )
+    DeliveryState.objects.ack(partition.group, partition.topic,
+                              [partition.ref(message.offset)], using,
+                              error=error or "dead-lettered")
+
+
+class Ledger:
+    """How a poll cycle records outcomes: acks batched into one statement per consumer
+    group and topic, retries and dead letters one by one."""
+
+    def __init__(self, now_ms: int, using: str, dlq_suffix: str) -> None:
+        self.now_ms = now_ms
+        self.using = using
+        self.dlq_suffix = dlq_suffix
+        self.acks: dict[tuple[str, str], list[MessageRef]] = defaultdict(list)
+
+    def ack(self, partition: Partition, ref: MessageRef) -> None:
+        self.acks[(partition.group, partition.topic)].append(ref)
+
+    def nack(self, partition: Partition, ref: MessageRef, due_ms: int, error: str) -> None:
+        DeliveryState.objects.nack(partition.group, partition.topic, ref, due_ms, error,
+                                   self.using)
+
+    def dead_letter(self, partition: Partition, message: Message, error: str) -> None:
+        dead_letter(partition, message, error, self.dlq_suffix, self.using)
+
+    def undeliver(self, partition: Partition, ref: MessageRef) -> None:
+        DeliveryState.objects.undeliver(partition.group, partition.topic, ref, self.now_ms,
+                                        self.using)
+
+    def flush(self) -> None:
+        for (group, topic), refs in self.acks.items():
+            DeliveryState.objects.ack(group, topic, refs, self.using)
+
+
+def _dead_letter_source(message: Message) -> DeadLetterSource:
+    return DeadLetterSource(
+        message.offset, message.topic, message.key, message.id,
+        json.dumps(message.payload, cls=DjangoJSONEncoder, separators=(",", ":")),
+        json.dumps(message.headers, separators=(",", ":")),
+        round(message.published_at.timestamp() * 1000),
+    )

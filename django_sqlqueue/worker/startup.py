@@ -1,0 +1,63 @@
+"""Starting a worker: a name no live worker uses, the log head noted, and the topics'
+partitions recorded with their lease rows.
+
+Two live workers under one name would share leases. A worker restarted after a crash
+finds its previous self's heartbeat still fresh: it waits for that lease to go stale,
+and refuses to start if the name is still in use after it.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+
+from ..models import LogSequencer
+from .clock import DatabaseClock
+from .leasing import Leasing
+from .session import SessionBounds
+
+logger = logging.getLogger("django_sqlqueue.worker")
+
+NAME_RETRY = 0.5  # seconds between looks at whether a previous worker's name came free
+
+
+class Startup:
+    def __init__(self, name: str, using: str, leasing: Leasing, session: SessionBounds,
+                 clock: DatabaseClock, name_wait: float) -> None:
+        self.name = name
+        self.using = using
+        self.leasing = leasing
+        self.session = session
+        self.clock = clock
+        self.name_wait = name_wait  # seconds a previous worker's lease may take to expire
+        self.head: int | None = None  # the log head it started at; None until started
+        self.refusal = ""  # why it refused to start; '' unless it did
+        self._name_deadline: float | None = None
+
+    def attempt(self) -> float:
+        """Check the name is free, note the log head, record the topics' partition counts
+        and create their lease rows. Returns 0 once started (or refused), else seconds
+        until the next try."""
+        self.session.ensure()
+        head, _, db_now = LogSequencer.objects.head(self.using)
+        self.clock.sync(db_now)
+        if self.leasing.name_in_use(db_now):
+            return self._name_taken()
+        self.leasing.prepare()
+        self.head = head
+        return 0.0
+
+    def _name_taken(self) -> float:
+        """Wait for a previous worker of this name (restarted after a crash) to go stale,
+        or refuse to start."""
+        now = time.monotonic()
+        if self._name_deadline is None:
+            self._name_deadline = now + self.name_wait
+            logger.warning("a worker named %s was alive moments ago; waiting up to %.0fs for its "
+                           "lease to expire", self.name, self._name_deadline - now)
+        if now < self._name_deadline:
+            return NAME_RETRY
+        self.refusal = (f"another worker named {self.name!r} is running; give each worker a "
+                        "unique --name")
+        logger.error("%s", self.refusal)
+        return 0.0
