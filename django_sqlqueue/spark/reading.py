@@ -14,11 +14,10 @@ from dataclasses import dataclass
 import pyarrow as pa
 from pyspark.sql.datasource import DataSourceReader, InputPartition
 
-import django_sqlqueue.spark.tables as tables
-
 from ..store import message_scans
 from ..store.connection import open_connection
 from .options import Options
+from .tables import read_state, to_batch
 
 
 @dataclass(frozen=True)
@@ -57,10 +56,10 @@ class SqlQueueReader(DataSourceReader):
         offsets = partition if isinstance(partition, OffsetRange) else OffsetRange(0, 0)
         with open_connection(options.url) as conn:
             if options.table not in ("messages", "dead_letters"):
-                rows = tables.read_state(conn, options.table, options.topics)
+                rows = read_state(conn, options.table, options.topics)
                 conn.rollback()
                 if rows:
-                    yield tables.to_batch(options.table, rows)
+                    yield to_batch(options.table, rows)
                 return
             positions = None
             if options.start_position is not None or options.end_position is not None:
@@ -74,5 +73,5 @@ class SqlQueueReader(DataSourceReader):
                 conn.rollback()  # end the read's transaction: no snapshot held between pages
                 if not rows:
                     return
-                yield tables.to_batch(options.table, rows)
+                yield to_batch(options.table, rows)
                 after = int(rows[-1][0])

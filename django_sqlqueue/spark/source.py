@@ -5,10 +5,9 @@ from __future__ import annotations
 from pyspark.sql.datasource import DataSource
 from pyspark.sql.types import StructType
 
-import django_sqlqueue.spark.tables as tables
-
 from .options import Options, SparkOptionError, parse
 from .reading import SqlQueueReader
+from .tables import ddl
 
 
 class SqlQueueDataSource(DataSource):
@@ -23,7 +22,7 @@ class SqlQueueDataSource(DataSource):
         return parse(self.options)
 
     def schema(self) -> str:
-        return tables.ddl(self._options().table)
+        return ddl(self._options().table)
 
     def reader(self, schema: StructType) -> SqlQueueReader:
         options = self._options()

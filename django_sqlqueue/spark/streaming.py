@@ -31,8 +31,6 @@ from pyspark.sql.streaming.datasource import (
     SupportsTriggerAvailableNow,
 )
 
-import django_sqlqueue.spark.tables as tables
-
 from ..exceptions import SQLQueueError
 from ..partitioning import partition_names
 from ..replays import replay_target
@@ -40,6 +38,7 @@ from ..store import heartbeats, message_scans, offsets, sequencer
 from ..store import topics as topic_store
 from ..store.connection import Connection, open_connection
 from .options import Options, SparkOptionError
+from .tables import to_batch
 
 logger = logging.getLogger("django_sqlqueue.spark")
 POSITION, TOPIC, PARTITION, HEADERS = (message_scans.READ_COLUMNS.index(column)
@@ -254,7 +253,7 @@ class SqlQueueStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                             and row[POSITION] > consumed.get((row[TOPIC], str(row[PARTITION])), 0)]
                     if not rows:
                         continue
-                yield tables.to_batch("messages", rows)
+                yield to_batch("messages", rows)
 
     def _watermarks(self, conn: Connection, group: str) -> dict[tuple[str, str], int]:
         marks = {(topic, partition): mark for topic in self.options.topics
