@@ -41,6 +41,7 @@ class Suite:
     started: float = 0.0
     outcome: str = ""
     seconds: float = 0.0
+    cpu_seconds: float = 0.0  # user + system, with every process it waited for
 
 
 def parse(spec: str) -> Suite:
@@ -95,11 +96,12 @@ def start(suite: Suite) -> None:
                                          stderr=subprocess.STDOUT)
 
 
-def finish(suite: Suite, returncode: int) -> None:
+def finish(suite: Suite, returncode: int, cpu_seconds: float) -> None:
     suite.seconds = time.monotonic() - suite.started
+    suite.cpu_seconds = cpu_seconds
     suite.outcome = "ok" if returncode == 0 else f"FAILED(exit-{returncode})"
     print(f"\n==================== {suite.title}: {suite.outcome} in {suite.seconds:.0f} s "
-          f"====================", flush=True)
+          f"({cpu_seconds:.0f} s of CPU) ====================", flush=True)
     assert suite.log is not None
     sys.stdout.write(suite.log.read_text(errors="replace"))
     sys.stdout.flush()
@@ -118,10 +120,13 @@ def main(argv: list[str]) -> int:
         while running:
             for suite in list(running):
                 assert suite.process is not None
-                returncode = suite.process.poll()
-                if returncode is not None:
+                # wait4 rather than poll(): it also tells the CPU the suite used, its worker
+                # processes and Spark's JVM included (what the two CPUs are shared out by).
+                pid, status, usage = os.wait4(suite.process.pid, os.WNOHANG)
+                if pid:
+                    suite.process.returncode = os.waitstatus_to_exitcode(status)
                     running.remove(suite)
-                    finish(suite, returncode)
+                    finish(suite, suite.process.returncode, usage.ru_utime + usage.ru_stime)
             time.sleep(0.5)
     except KeyboardInterrupt:
         for suite in running:
@@ -130,7 +135,7 @@ def main(argv: list[str]) -> int:
         raise
     print(f"\nmatrix: {len(suites)} suites in {time.monotonic() - began:.0f} s:")
     for suite in suites:
-        took = f" {suite.seconds:.0f} s" if suite.seconds else ""
+        took = f" {suite.seconds:.0f} s ({suite.cpu_seconds:.0f} s of CPU)" if suite.seconds else ""
         print(f"  {suite.title}: {suite.outcome}{took}")
     failed = [s for s in suites if s.outcome not in ("ok", "SKIPPED")]
     return 1 if failed else 0
