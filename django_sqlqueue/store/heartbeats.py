@@ -6,6 +6,8 @@ The worker runs it on its Django connection (through
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from ..db import sql as sqlb
 from ..limits import SUBSCRIBER_NAME_LENGTH
 from .connection import Connection
@@ -21,15 +23,29 @@ def _time_sql(conn: Connection, now_ms: int | None) -> tuple[str, list[int]]:
 def beat(conn: Connection, group: str, topic: str, name: str, now_ms: int | None = None) -> None:
     """Insert or refresh the heartbeat of subscriber ``name`` of ``group`` on ``topic``, at
     ``now_ms`` (epoch ms, database clock; read now when not given)."""
+    beat_many(conn, [(group, topic)], name, now_ms)
+
+
+BEATS_PER_STATEMENT = 200
+
+
+def beat_many(conn: Connection, subscriptions: Sequence[tuple[str, str]], name: str,
+              now_ms: int | None = None) -> None:
+    """:func:`beat` for each (group, topic) of ``subscriptions``, one statement per 200:
+    a worker's heartbeats cost the same statement however many subscriptions it runs.
+    Rows are written in key order, so two writers never wait on each other in a ring."""
     q = conn.q
     now, now_params = _time_sql(conn, now_ms)
     tail = sqlb.on_conflict_update(conn, "queue_subscriber_heartbeats", _KEY,
                                    {"heartbeat_at": "{new}", "deregistered_at": "0"})
-    conn.execute(
-        f"INSERT INTO {q('queue_subscriber_heartbeats')} ({', '.join(q(c) for c in _KEY)}, "  # noqa: S608 - names quoted, values bound
-        f"{q('heartbeat_at')}, {q('deregistered_at')}) VALUES (%s, %s, %s, {now}, 0){tail}",
-        [group, topic, name[:SUBSCRIBER_NAME_LENGTH], *now_params],
-    )
+    subscriber = name[:SUBSCRIBER_NAME_LENGTH]
+    for batch in sqlb.chunks(sorted(set(subscriptions)), BEATS_PER_STATEMENT):
+        conn.execute(
+            f"INSERT INTO {q('queue_subscriber_heartbeats')} ({', '.join(q(c) for c in _KEY)}, "  # noqa: S608 - names quoted, values bound
+            f"{q('heartbeat_at')}, {q('deregistered_at')}) VALUES "
+            + ", ".join([f"(%s, %s, %s, {now}, 0)"] * len(batch)) + tail,
+            [v for group, topic in batch for v in (group, topic, subscriber, *now_params)],
+        )
 
 
 def deregister(conn: Connection, name: str, *, group: str | None = None,

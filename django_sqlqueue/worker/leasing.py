@@ -90,10 +90,9 @@ class Leasing:
 
     def maintain(self, now_ms: int, acquire: bool = True) -> None:
         """Heartbeat, renew, rebalance and acquire: the renew-interval work."""
-        for subscription in self.subscriptions:
-            SubscriberHeartbeat.objects.beat(
-                subscription.group, subscription.topic, self.worker_name, now_ms, self.using
-            )
+        SubscriberHeartbeat.objects.beat_many(
+            [(s.group, s.topic) for s in self.subscriptions], self.worker_name, now_ms, self.using
+        )
         # Leases confirmed below are surely ours until this moment plus a lease: taken
         # before the renewal was sent, so a slow round trip only shortens it.
         renewing_at = time.monotonic()
@@ -101,8 +100,10 @@ class Leasing:
         # A topic repartitioned by an operator gets lease rows for its new partitions.
         self._ensure_partitions(Topic.objects.partition_counts(list(self.counts), self.using))
         live = self._live_workers(now_ms)
+        owned = PartitionLease.objects.owned_by(self.worker_name, self.token, self.using)
         for subscription in self.subscriptions:
-            self._reconcile(subscription, renewing_at + self.lease_seconds, renewed)
+            self._reconcile(subscription, renewing_at + self.lease_seconds, renewed,
+                            owned.get((subscription.group, subscription.topic), {}))
             self.shares[(subscription.group, subscription.topic)] = self._fair_share(
                 subscription, live
             )
@@ -218,15 +219,14 @@ class Leasing:
         return math.ceil(total / max(active, 1))
 
     def _reconcile(self, subscription: Subscription, valid_until: float,
-                   renewed: set[Ident]) -> None:
+                   renewed: set[Ident], owned: dict[str, int]) -> None:
         """Make local state match the lease table: drop partitions taken from us, and adopt
         leases this process holds that it does not know (say, a take whose follow-up read
         failed), so that no lease is renewed forever without being consumed. An adopted
         lease starts a new generation. Only the ``renewed`` leases are surely ours until
-        ``valid_until``."""
+        ``valid_until``. ``owned`` is what the lease table says this process holds of the
+        subscription's topic."""
         group, topic = subscription.group, subscription.topic
-        owned = PartitionLease.objects.owned(group, topic, self.worker_name, self.token,
-                                             self.using)
         for partition in list(self.partitions.values()):
             if partition.subscription is subscription:
                 if owned.get(partition.number) != partition.generation:
