@@ -162,7 +162,7 @@ endef
 
 # --------------------------------------------------------------------------- targets
 
-.PHONY: help demo admin test test-matrix test-full test-backends test-compat test-wheel lint check-migrations bench bench-spark chaos chaos-short provision clean FORCE
+.PHONY: help demo admin test venvs test-matrix test-full test-backends test-compat test-wheel lint check-migrations bench bench-spark chaos chaos-short provision clean FORCE
 
 help:
 	@sed -n '3,30s/^# \{0,1\}//p' $(firstword $(MAKEFILE_LIST))
@@ -193,10 +193,11 @@ $(VENV)/.stamp-dev: pyproject.toml $(VENV)/.sqlqueue-python | provision
 
 # The spark extra (pyspark is a ~450 MB download, about a minute to install): its own
 # stamp, so make demo never waits for it and make test installs it once.
-$(VENV)/.stamp-spark: pyproject.toml $(VENV)/.stamp-dev
-	@echo "sqlqueue: installing django-sqlqueue[spark] (pyspark, pyarrow) into $(VENV)"
+# One pip run for every extra: a fresh clone resolves and downloads once.
+$(VENV)/.stamp-spark: pyproject.toml $(VENV)/.sqlqueue-python | provision
+	@echo "sqlqueue: installing django-sqlqueue[dev,mysql,postgres,spark] (editable) into $(VENV)"
 	$(PY) -m pip install -qq -e '.[dev,mysql,postgres,spark]' 'Django~=$(DJANGO_SERIES).0'
-	@touch $@
+	@touch $@ $(VENV)/.stamp-dev $(VENV)/.stamp-base
 
 $(COMPAT_VENV)/.stamp-dev: pyproject.toml $(COMPAT_VENV)/.sqlqueue-python | provision
 	@echo "sqlqueue: installing django-sqlqueue[dev,mysql,postgres] (editable) into $(COMPAT_VENV)"
@@ -242,7 +243,17 @@ test-backends: $(VENV)/.stamp-spark | provision
 # 766 s, SQLite 640 s, Python 3.11 on SQLite 454 s, on MariaDB 74 s, on PostgreSQL 67 s,
 # the wheel 66 s), the chaos run 85 s. The suites run at once (tests/matrix.py); the
 # chaos run comes last and alone, since it restarts MariaDB. docs/benchmarks.md ("CI").
-test: lint check-migrations test-matrix $(if $(filter mysql,$(BACKENDS)),chaos-short)
+test: venvs lint check-migrations test-matrix $(if $(filter mysql,$(BACKENDS)),chaos-short)
+
+# The virtualenvs make test needs, built at once: their installs mostly wait on the network.
+venvs: | provision
+	@echo "sqlqueue: [$$(date +%T)] $@"
+	@rc=0; \
+	$(MAKE) --no-print-directory $(VENV)/.stamp-spark PROVISION=0 & base=$$!; \
+	$(if $(IS_CI),$(MAKE) --no-print-directory $(COMPAT_VENV)/.stamp-dev PROVISION=0 & compat=$$!;) \
+	wait $$base || rc=$$?; \
+	$(if $(IS_CI),wait $$compat || rc=$$?;) \
+	exit $$rc
 
 # The wheel check runs beside the suites: it only uses SQLite files of its own.
 WHEEL_SUITE = The wheel, installed=!$(PY) tests/wheel/check.py --work $(TEST_DATA)/wheel
@@ -260,14 +271,14 @@ COMPAT_SUITES = $(if $(IS_CI),$(foreach b,$(BACKENDS),$(call suite,Python $(COMP
 # when it is in BACKENDS, else PostgreSQL, else SQLite.
 SPARK_BACKEND = $(firstword $(filter mysql,$(BACKENDS)) $(filter postgres,$(BACKENDS)) sqlite)
 SPARK_SUITE_URL = $(if $(filter mysql,$(SPARK_BACKEND)),$(SPARK_URL),$(if $(filter postgres,$(SPARK_BACKEND)),postgres://postgres@127.0.0.1:5432/spark,sqlite:///$(TEST_DATA)/spark.sqlite3))
-SPARK_SUITE = $(call suite,Python $(BASE_VERSION): Spark sessions on $(call backend_name,$(SPARK_BACKEND)),$(PY),$(SPARK_SUITE_URL),-m spark $(PYTEST_ARGS))
+SPARK_SUITE = $(call suite,Python $(BASE_VERSION): Spark sessions on $(call backend_name,$(SPARK_BACKEND)),$(PY),$(SPARK_SUITE_URL),-m spark --durations=10 $(PYTEST_ARGS))
 
 test-matrix: export SQLQUEUE_REQUIRE_SPARK := 1
 test-matrix: $(VENV)/.stamp-spark $(if $(IS_CI),$(COMPAT_VENV)/.stamp-dev) | provision
 	@echo "sqlqueue: [$$(date +%T)] $@"
 	@mkdir -p $(TEST_DATA)
 	$(PY) -m tests.matrix \
-	  $(foreach b,$(BACKENDS),$(call suite,Python $(BASE_VERSION) / Django $(DJANGO_SERIES): $(call backend_name,$(b)),$(PY),$(call backend_url,$(b)),-m "not spark" $(PYTEST_ARGS))) \
+	  $(foreach b,$(BACKENDS),$(call suite,Python $(BASE_VERSION) / Django $(DJANGO_SERIES): $(call backend_name,$(b)),$(PY),$(call backend_url,$(b)),-m "not spark" --durations=15 $(PYTEST_ARGS))) \
 	  $(SPARK_SUITE) \
 	  $(COMPAT_SUITES) \
 	  '$(WHEEL_SUITE)'
