@@ -237,12 +237,12 @@ test-backends: export SQLQUEUE_REQUIRE_SPARK := 1
 test-backends: $(VENV)/.stamp-spark | provision
 	$(call run_suite,$(PY),Python $(BASE_VERSION) / Django $(DJANGO_SERIES))
 
-# make test under CI=true from a fresh clone on this machine (2 CPUs, 2026-11-26): 983 s
-# in all, down from 2,013 s run one after another. Provision and the two virtualenvs 40 s,
-# lint 9 s, migrations check 5 s, the suites at once 824 s (PostgreSQL 823 s, MariaDB
-# 766 s, SQLite 640 s, Python 3.11 on SQLite 454 s, on MariaDB 74 s, on PostgreSQL 67 s,
-# the wheel 66 s), the chaos run 85 s. The suites run at once (tests/matrix.py); the
-# chaos run comes last and alone, since it restarts MariaDB. docs/benchmarks.md ("CI").
+# make test under CI=true from a fresh clone on this machine (2 CPUs, 2026-11-26): 1,049 s
+# and, at 1322e45, 1,201 s (the machine's speed varies by a fifth between runs). Both
+# virtualenvs 55-58 s, lint 12-14 s, migrations check 2 s, the suites at once 859-1,029 s
+# (the slowest, Python 3.13 on PostgreSQL, 857-1,027 s; the Spark sessions 553-716 s), the
+# chaos run 76-100 s. The suites run at once (tests/matrix.py); the chaos run comes last and
+# alone, since it restarts MariaDB. docs/benchmarks.md ("CI") has each suite's figures.
 test: venvs lint check-migrations test-matrix $(if $(filter mysql,$(BACKENDS)),chaos-short)
 
 # The virtualenvs make test needs, built at once: their installs mostly wait on the network.
