@@ -150,8 +150,13 @@ class TaskRunner:
     def recorded(self, outcomes: Sequence[RecordedOutcome], using: str) -> None:
         """Store the attempts' outcomes with the cycle that records them; send
         task_finished once that commits."""
+        keys = [_key(o.message) for o in outcomes]
         with self._lock:
-            ended = [(o, self._ended.pop(_key(o.message), None)) for o in outcomes]
+            ended = [(o, self._ended.get(key)) for o, key in zip(outcomes, keys, strict=True)]
+        # Forgotten only once the cycle commits: a cycle that rolls back (a deadlock, say)
+        # is tried again with the same outcomes, which must still find what each task did,
+        # or their messages would be acked with the results left RUNNING.
+        transaction.on_commit(lambda: self._forget(keys), using=using)
         now = timezone.now()
         succeeded = [end for _, end in ended if end is not None and end.error is None]
         failed = [end for _, end in ended if end is not None and end.error is not None]
@@ -177,6 +182,11 @@ class TaskRunner:
                 finished.append((row, end.task, end.exception))
         if finished:
             transaction.on_commit(lambda: self._announce(finished), using=using)
+
+    def _forget(self, keys: list[Attempt]) -> None:
+        with self._lock:
+            for key in keys:
+                self._ended.pop(key, None)
 
     def _announce(self, finished: list[tuple[TaskResultRecord, Any, BaseException | None]]) -> None:
         for row, task, exception in finished:
