@@ -56,9 +56,14 @@ def test_task_started_and_task_finished_are_sent_in_the_worker(workers):
     result = tasks.add.enqueue(1, 1)
     worker = workers.start("tasks-signals", "--queue", "default")
     finished(result, watch=[worker])
-    sent = wait_until(lambda: list(
-        Handled.objects.filter(group="signal", key__endswith=result.id)
-        .order_by("handled_at").values_list("key", "payload")) or None, what="the signals")
+    # task_finished is sent once the result's row commits, so it may come a moment after
+    # the result reads SUCCESSFUL: wait for it rather than for the first signal.
+    def both_signals():  # type: ignore[no-untyped-def]
+        rows = list(Handled.objects.filter(group="signal", key__endswith=result.id)
+                    .order_by("handled_at").values_list("key", "payload"))
+        return rows if any(key.startswith("finished:") for key, _ in rows) else None
+
+    sent = wait_until(both_signals, what="the signals", watch=[worker])
     assert sent == [(f"started:{result.id}", "RUNNING"), (f"finished:{result.id}", "SUCCESSFUL")]
 
 
