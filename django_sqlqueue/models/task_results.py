@@ -10,10 +10,12 @@ the JSON lists.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from django.db import models
+from django.db import connections, models
 
 from .fields import ID_LENGTH
 
@@ -24,6 +26,18 @@ STATUS_LENGTH = 10
 TASK_PATH_LENGTH = 255
 QUEUE_NAME_LENGTH = 100
 BACKEND_LENGTH = 100
+# Results set SUCCESSFUL per statement: bounds the statement's size and the locks it holds.
+SUCCESS_BATCH = 500
+
+
+@dataclass(frozen=True)
+class Success:
+    """A task that ended well: what its result row takes from the attempt."""
+
+    id: str
+    started_at: datetime | None  # the first attempt's start
+    last_attempted_at: datetime | None  # this attempt's start
+    return_value: Any = None  # None: left out (the column holds NULL already)
 
 
 class TaskResultQuerySet(models.QuerySet["TaskResultRecord"]):
@@ -74,6 +88,53 @@ class TaskResultRecord(models.Model):
 
     def __str__(self) -> str:
         return f"{self.task_path}[{self.id}] {self.status}"
+
+
+def mark_successful(successes: Sequence[Success], finished_at: datetime, using: str) -> None:
+    """Set the results of ``successes`` SUCCESSFUL with their timings and return values,
+    in one UPDATE per SUCCESS_BATCH rows.
+
+    Written by hand because the poll cycle runs it for every task it records: Django's
+    ``bulk_update`` builds the same CASE expressions as objects, which cost the worker more
+    CPU than running the tasks.
+    """
+    connection = connections[using]
+    q = connection.ops.quote_name
+    fields = {f.name: f for f in TaskResultRecord._meta.concrete_fields}
+
+    # PostgreSQL types a bound parameter in a CASE as text unless told (so does Django's
+    # bulk_update, for the same reason).
+    cast = connection.features.requires_casted_case_in_updates
+
+    def then(column: str) -> str:
+        return f"CAST(%s AS {fields[column].db_type(connection)})" if cast else "%s"
+
+    def value(column: str, python: Any) -> Any:
+        return fields[column].get_db_prep_save(python, connection)
+
+    for start in range(0, len(successes), SUCCESS_BATCH):
+        batch = successes[start:start + SUCCESS_BATCH]
+        assignments = [f"{q('status')} = %s", f"{q('finished_at')} = %s"]
+        params: list[Any] = ["SUCCESSFUL", value("finished_at", finished_at)]
+        for column in ("started_at", "last_attempted_at"):
+            assignments.append(f"{q(column)} = CASE {q('id')} "
+                               + " ".join([f"WHEN %s THEN {then(column)}"] * len(batch)) + " END")
+            for success in batch:
+                params += [success.id, value(column, getattr(success, column))]
+        returned = [s for s in batch if s.return_value is not None]
+        if returned:
+            assignments.append(f"{q('return_value')} = CASE {q('id')} "
+                               + " ".join([f"WHEN %s THEN {then('return_value')}"] * len(returned))
+                               + f" ELSE {q('return_value')} END")
+            for success in returned:
+                params += [success.id, value("return_value", success.return_value)]
+        ids = [success.id for success in batch]
+        with connection.cursor() as cursor:
+            cursor.execute(
+                f"UPDATE {q(TaskResultRecord._meta.db_table)} SET {', '.join(assignments)} "  # noqa: S608 - names quoted, values bound
+                f"WHERE {q('id')} IN ({', '.join(['%s'] * len(ids))})",
+                [*params, *ids],
+            )
 
 
 def reopen_replayed_tasks(sender: object, replays: list[Any], using: str, **kwargs: Any) -> None:

@@ -41,6 +41,7 @@ from ..consuming.registry import RecordedOutcome
 from ..exceptions import DeadLetter, Retry, SQLQueueError
 from ..logtext import loggable
 from ..models import TaskResultRecord
+from ..models.task_results import Success, mark_successful
 from .compat import (
     Task,
     TaskContext,
@@ -163,14 +164,10 @@ class TaskRunner:
         finished: list[tuple[TaskResultRecord, Any, BaseException | None]] = []
         timings = ["status", "finished_at", "started_at", "last_attempted_at"]
         if succeeded:
-            rows = [replace_row(e.row, status="SUCCESSFUL", finished_at=now,
-                                return_value=e.value) for e in succeeded]
-            records = TaskResultRecord.objects.using(using)
-            # None is left out of the JSON column's update: the row holds NULL already.
-            records.bulk_update([r for r in rows if r.return_value is not None],
-                                [*timings, "return_value"])
-            records.bulk_update([r for r in rows if r.return_value is None], timings)
-            finished += [(row, end.task, None) for row, end in zip(rows, succeeded, strict=True)]
+            mark_successful([Success(e.row.id, e.row.started_at, e.row.last_attempted_at,
+                                     e.value) for e in succeeded], now, using)
+            finished += [(replace_row(e.row, status="SUCCESSFUL", finished_at=now,
+                                      return_value=e.value), e.task, None) for e in succeeded]
         for end in failed:
             row = TaskResultRecord.objects.using(using).select_for_update().get(id=end.row.id)
             row.errors.append(end.error)
