@@ -107,12 +107,46 @@ def finish(suite: Suite, returncode: int, cpu_seconds: float) -> None:
     sys.stdout.flush()
 
 
+SERVERS = {"mariadbd": "MariaDB", "mysqld": "MySQL", "postgres": "PostgreSQL"}
+
+
+def server_cpu() -> dict[str, float]:
+    """CPU seconds the database servers have used so far (Linux; empty elsewhere):
+    their processes' own and that of the exited ones they reaped (PostgreSQL's sessions)."""
+    used: dict[str, float] = {}
+    tick = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            text = stat.read_text()
+        except OSError:
+            continue  # gone meanwhile
+        name = text[text.index("(") + 1:text.rindex(")")]
+        if name in SERVERS:
+            fields = text[text.rindex(")") + 2:].split()
+            # utime, stime, cutime, cstime: fields 14-17 of proc(5), 12-15 after the name.
+            used[SERVERS[name]] = used.get(SERVERS[name], 0.0) + sum(
+                int(f) for f in fields[11:15]) / tick
+    return used
+
+
+def machine_busy() -> tuple[float, float]:
+    """(busy, total) CPU seconds of the whole machine since boot, from /proc/stat."""
+    try:
+        values = [int(v) for v in Path("/proc/stat").read_text().split("\n")[0].split()[1:]]
+    except OSError:
+        return 0.0, 0.0
+    tick = os.sysconf("SC_CLK_TCK")
+    idle = values[3] + (values[4] if len(values) > 4 else 0)
+    return (sum(values) - idle) / tick, sum(values) / tick
+
+
 def main(argv: list[str]) -> int:
     if not argv:
         raise SystemExit(__doc__)
     suites = [parse(spec) for spec in argv]
     LOG_DIR.mkdir(parents=True, exist_ok=True)
     began = time.monotonic()
+    servers_before, busy_before = server_cpu(), machine_busy()
     for suite in suites:
         start(suite)
     running = [s for s in suites if s.process is not None]
@@ -137,6 +171,12 @@ def main(argv: list[str]) -> int:
     for suite in suites:
         took = f" {suite.seconds:.0f} s ({suite.cpu_seconds:.0f} s of CPU)" if suite.seconds else ""
         print(f"  {suite.title}: {suite.outcome}{took}")
+    servers_after, busy_after = server_cpu(), machine_busy()
+    for name, seconds in sorted(servers_after.items()):
+        print(f"  {name} server: {seconds - servers_before.get(name, 0.0):.0f} s of CPU")
+    busy, total = busy_after[0] - busy_before[0], busy_after[1] - busy_before[1]
+    if total > 0:
+        print(f"  the machine: {busy:.0f} s of CPU busy of {total:.0f} ({busy / total:.0%})")
     failed = [s for s in suites if s.outcome not in ("ok", "SKIPPED")]
     return 1 if failed else 0
 
