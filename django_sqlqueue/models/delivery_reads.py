@@ -12,7 +12,7 @@ from django.db import connections, models
 from ..db import sql as sqlb
 from ..db import vendor
 from .delivery_rows import DeliveryRow, MessageRef, ReadRow, refs_sql
-from .messages import MessageRow, message_row, select_columns
+from .messages import message_row, select_columns
 
 
 class DeliveryReads(models.Manager[Any]):
@@ -25,33 +25,51 @@ class DeliveryReads(models.Manager[Any]):
         positioned above the cursor, in position order, with the group's delivery state.
 
         Above a partition's read cursor a group normally has no delivery rows; where it
-        has (state migrated from an earlier schema, or an operator made a delayed message
-        due), they are honoured, not overwritten. They are read by primary key in a second
-        statement: joined in the first, PostgreSQL with stale statistics read every row of
-        the partition (parked ones included) per message.
+        has (parked messages read again after a restart, state migrated from an earlier
+        schema, or an operator made a delayed message due), they are honoured, not
+        overwritten. MariaDB/MySQL and SQLite join them by primary key in the same
+        statement. PostgreSQL reads them by primary key in a second statement: joined,
+        with stale statistics it read every row of the partition (parked ones included)
+        per message.
         """
         connection = connections[using]
         q = sqlb.quoter(connection)
+        joined = connection.vendor != "postgresql"
+        delivery_columns = (
+            f", d.{q('acked')}, d.{q('retry_count')}, d.{q('invisible_until')}, "
+            f"d.{q('last_error')} " if joined else " ")
+        delivery_join = (
+            f"LEFT JOIN {q('queue_delivery_state')} d ON d.{q('consumer_group')} = %s "
+            f"AND d.{q('topic')} = m.{q('topic')} AND d.{q('partition_key')} = m.{q('partition_key')} "
+            f"AND d.{q('message_offset')} = m.{q('offset')} " if joined else "")
         branch = (
-            f"SELECT m.{q('partition_key')} AS part, {select_columns(connection, 'm')} "  # noqa: S608 - names quoted, values bound
-            f"FROM {q('queue_messages')} m "
+            f"SELECT m.{q('partition_key')} AS part, {select_columns(connection, 'm')}"  # noqa: S608 - names quoted, values bound
+            f"{delivery_columns}FROM {q('queue_messages')} m {delivery_join}"
             f"WHERE m.{q('topic')} = %s AND m.{q('partition_key')} = %s AND m.{q('position')} > %s "
             f"ORDER BY m.{q('position')} LIMIT %s"
         )
-        read: list[tuple[str, MessageRow]] = []
+        result: list[ReadRow] = []
         for partitions in sqlb.chunks(list(ranges)):
             params: list[Any] = []
             for partition in partitions:
                 cursor, limit = ranges[partition]
-                params += [topic, partition, cursor, limit]
+                params += [*([group] if joined else []), topic, partition, cursor, limit]
             for values in sqlb.fetch_all(connection, sqlb.union_all([branch] * len(partitions)),
                                          params):
-                partition, *message = values
-                read.append((partition, message_row(message)))
-        states = self._states(connection, group, topic,
-                              [MessageRef(partition, m.offset) for partition, m in read])
-        result = [ReadRow(partition, m, states.get(MessageRef(partition, m.offset)))
-                  for partition, m in read]
+                if joined:
+                    partition, *message, acked, retries, invisible, error = values
+                    delivery = None if acked is None else DeliveryRow(
+                        bool(acked), int(retries), int(invisible), error or "")
+                else:
+                    partition, *message = values
+                    delivery = None
+                result.append(ReadRow(partition, message_row(message), delivery))
+        if not joined:
+            states = self._states(connection, group, topic,
+                                  [MessageRef(row.partition, row.message.offset) for row in result])
+            result = [ReadRow(row.partition, row.message,
+                              states.get(MessageRef(row.partition, row.message.offset)))
+                      for row in result]
         result.sort(key=lambda row: row.message.position or 0)
         return result
 
