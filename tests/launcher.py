@@ -31,6 +31,10 @@ A forked worker must behave as a fresh ``python -m django`` would:
 - The command runs at the top level of this module, so SystemExit, an uncaught exception
   (traceback, status 1), KeyboardInterrupt (death by SIGINT), the wait for non-daemon
   threads and atexit handlers are the interpreter's own.
+
+What still differs: every forked worker shares this process's hash seed (nothing in the
+app depends on ``hash()``), and a warning printed once while importing here is not
+printed again by each worker.
 """
 
 from __future__ import annotations

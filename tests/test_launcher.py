@@ -13,6 +13,7 @@ import signal
 import pytest
 
 from tests import launcher_client
+from tests.forked_process import ForkedProcess
 from tests.worker_harness import run_manage, wait_until, worker_env, worker_pool
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.worker]
@@ -76,7 +77,7 @@ def test_output_reaches_the_files_and_a_signal_ends_the_process_as_it_would(work
     wait_until(lambda: "worker started name=signalled" in worker.stderr,
                what="the worker's first log line", watch=[worker])
     if launcher_client.enabled():
-        assert isinstance(worker.proc, launcher_client.ForkedProcess)
+        assert isinstance(worker.proc, ForkedProcess)
     assert os.getpgid(worker.pid) == os.getpgrp()  # Ctrl-C reaches it, as a subprocess
 
     worker.send(signal.SIGKILL)

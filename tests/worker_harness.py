@@ -33,7 +33,7 @@ from django_sqlqueue.conf import get_settings
 from django_sqlqueue.models import ConsumerOffset, PartitionLease, QueueMessage, Topic
 from django_sqlqueue.partitioning import partition_for
 from tests import launcher_client
-from tests.launcher_client import ProcessHandle
+from tests.forked_process import ProcessHandle
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
@@ -97,7 +97,7 @@ class WorkerProcess:
     """One running ``runqueueworker`` process and the files its output goes to."""
 
     name: str
-    proc: ProcessHandle  # a subprocess.Popen, or a launcher_client.ForkedProcess
+    proc: ProcessHandle  # a subprocess.Popen, or a tests.forked_process.ForkedProcess
     stdout_path: Path
     stderr_path: Path
     started_at: float  # time.monotonic()
