@@ -24,6 +24,7 @@ import sys
 import tempfile
 import warnings
 from collections import Counter
+from collections.abc import Iterator
 from pathlib import Path
 from typing import IO, Any
 
@@ -211,7 +212,7 @@ def _django_args(args: list[str]) -> list[str] | None:
 
 
 @contextlib.contextmanager
-def _stdin() -> Any:
+def _stdin() -> Iterator[int]:
     """This process's standard input, which a subprocess would inherit (/dev/null when
     it has none)."""
     try:
