@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import os
+from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, settings
 
-from tests import backends
+from tests import backends, launcher_client
 
 # --------------------------------------------------------------------------- hypothesis
 #
@@ -64,3 +65,15 @@ def spark():
     session = start_session()
     yield session
     session.stop()
+
+
+# --------------------------------------------------------------------------- worker launcher
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    launcher_client.stop()
+
+
+def pytest_terminal_summary(terminalreporter: Any) -> None:
+    if line := launcher_client.summary():
+        terminalreporter.write_line(line)

@@ -3,7 +3,9 @@
 Worker tests are ``django_db(transaction=True)`` tests: what they publish is committed, so
 a worker subprocess (a separate database client) sees it. A worker opens the database that
 pytest-django created (``SQLQUEUE_TEST_DB_NAME``) and may override ``SQLQUEUE`` settings
-with a JSON object (``SQLQUEUE_TEST_SETTINGS``).
+with a JSON object (``SQLQUEUE_TEST_SETTINGS``). Workers are forked by a launcher that has
+Django imported already (:mod:`tests.launcher_client`; ``SQLQUEUE_TEST_LAUNCHER=0`` starts
+each as a plain subprocess instead).
 
 :func:`worker_pool` hands out a :class:`WorkerPool`; on the way out it stops every worker
 still running (SIGTERM, then SIGKILL after a short grace) and prints each worker's output,
@@ -30,6 +32,8 @@ from django.db import connection
 from django_sqlqueue.conf import get_settings
 from django_sqlqueue.models import ConsumerOffset, PartitionLease, QueueMessage, Topic
 from django_sqlqueue.partitioning import partition_for
+from tests import launcher_client
+from tests.forked_process import ProcessHandle
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
@@ -61,14 +65,20 @@ def command(*args: str) -> list[str]:
     return [sys.executable, "-m", "django", "runqueueworker", *args]
 
 
+def forkable(settings_module: str, extra_env: dict[str, str] | None = None) -> bool:
+    """Whether the launcher may fork this start: it has the test settings imported, and
+    extra variables (an LD_PRELOAD, another DATABASE_URL) act at interpreter start."""
+    return settings_module == "tests.settings" and not extra_env
+
+
 def run_command(*args: str, settings: dict[str, Any] | None = None,
                 settings_module: str = "tests.settings",
                 timeout: float = 60.0) -> subprocess.CompletedProcess[str]:
     """Run ``runqueueworker <args>`` to completion and capture its output (for start-up
     errors, which end the process at once)."""
-    return subprocess.run(
+    return launcher_client.run(
         command(*args), cwd=REPO_ROOT, env=worker_env(settings, settings_module),
-        capture_output=True, text=True, timeout=timeout, check=False,
+        timeout=timeout, forkable=forkable(settings_module),
     )
 
 
@@ -76,9 +86,9 @@ def run_manage(*args: str, settings: dict[str, Any] | None = None,
                timeout: float = 60.0) -> subprocess.CompletedProcess[str]:
     """Run ``manage.py <args>`` (any command) against the test database to completion and
     capture its output."""
-    return subprocess.run(
+    return launcher_client.run(
         [sys.executable, "-m", "django", *args], cwd=REPO_ROOT, env=worker_env(settings),
-        capture_output=True, text=True, timeout=timeout, check=False,
+        timeout=timeout,
     )
 
 
@@ -87,7 +97,7 @@ class WorkerProcess:
     """One running ``runqueueworker`` process and the files its output goes to."""
 
     name: str
-    proc: subprocess.Popen[bytes]
+    proc: ProcessHandle  # a subprocess.Popen, or a tests.forked_process.ForkedProcess
     stdout_path: Path
     stderr_path: Path
     started_at: float  # time.monotonic()
@@ -165,8 +175,9 @@ class WorkerPool:
         stderr_path = self.directory / f"{name}.stderr"
         env = {**worker_env(settings, settings_module), **(extra_env or {})}
         with stdout_path.open("wb") as out, stderr_path.open("wb") as err:
-            proc = subprocess.Popen(
+            proc = launcher_client.start(
                 command("--name", name, *args), cwd=REPO_ROOT, env=env, stdout=out, stderr=err,
+                forkable=forkable(settings_module, extra_env),
             )
         worker = WorkerProcess(name, proc, stdout_path, stderr_path, time.monotonic())
         self.started.append(worker)
