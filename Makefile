@@ -237,12 +237,13 @@ test-backends: export SQLQUEUE_REQUIRE_SPARK := 1
 test-backends: $(VENV)/.stamp-spark | provision
 	$(call run_suite,$(PY),Python $(BASE_VERSION) / Django $(DJANGO_SERIES))
 
-# make test under CI=true from a fresh clone on this machine (2 CPUs, 2026-11-26): 1,049 s
-# and, at 1322e45, 1,201 s (the machine's speed varies by a fifth between runs). Both
-# virtualenvs 55-58 s, lint 12-14 s, migrations check 2 s, the suites at once 859-1,029 s
-# (the slowest, Python 3.13 on PostgreSQL, 857-1,027 s; the Spark sessions 553-716 s), the
-# chaos run 76-100 s. The suites run at once (tests/matrix.py); the chaos run comes last and
-# alone, since it restarts MariaDB. docs/benchmarks.md ("CI") has each suite's figures.
+# make test under CI=true from a fresh clone on this machine (2 CPUs), 2026-11-26 at 58d3010:
+# 650 s. Both virtualenvs 34 s, lint 6 s, migrations check 1 s, the suites at once 532 s (the
+# slowest, Python 3.13 on PostgreSQL, 531 s; the Spark sessions 273 s), the chaos run 75 s.
+# The tests fork their workers from a launcher with Django loaded (tests/launcher.py): before
+# it, the same run took 1,049-1,279 s. The suites run at once (tests/matrix.py); the chaos run
+# comes last and alone, since it restarts MariaDB. docs/benchmarks.md ("CI") has each suite's
+# figures.
 test: venvs lint check-migrations test-matrix $(if $(filter mysql,$(BACKENDS)),chaos-short)
 
 # The virtualenvs make test needs, built at once: their installs mostly wait on the network.
