@@ -183,8 +183,10 @@ class InlineWorker:
             self.pending.append(self._run(delivery))
 
     def _limit(self, delivery: Delivery) -> None:
-        self._handed_out[delivery.partition.topic] += 1
-        if sum(self._handed_out.values()) > self.max_messages:
+        """Count a handler about to run; refuse it past ``max_messages``."""
+        if sum(self._handed_out.values()) < self.max_messages:
+            self._handed_out[delivery.partition.topic] += 1
+        else:
             raise DrainLimitExceeded(
                 f"drain() ran {self.max_messages} handlers (max_messages) and there was "
                 f"still work: {self._busiest()}; a handler that publishes a message each "
