@@ -27,6 +27,7 @@ pytestmark = pytest.mark.django_db
 
 ORDERS = "helpers.orders"
 SHIPMENTS = "helpers.shipments"
+LEDGER = "helpers.ledger"  # strict: one message of a key at a time, in order
 ONE_MINUTE = sqlqueue.ExponentialBackoff(base=60, cap=60, jitter=False)
 
 
@@ -56,6 +57,7 @@ SUBSCRIPTIONS = [
     (ORDERS, "billing", run, {"max_attempts": 3, "backoff": ONE_MINUTE}),
     (ORDERS, "emails", run, {"max_attempts": 3, "backoff": ONE_MINUTE}),
     (SHIPMENTS, "billing", run, {}),
+    (LEDGER, "books", run, {"batch_size": 1, "backoff": ONE_MINUTE}),
     (f"{ORDERS}_dlq", "support", record, {}),
 ]
 
@@ -271,6 +273,23 @@ def test_a_delayed_message_runs_when_delays_are_advanced_or_the_clock_is_set_pas
     assert result.next_due is not None
     assert sqlqueue_drain(ORDERS, group="billing", advance_delays=True).handled == 1
     assert runs() == [("in an hour", 1), ("tomorrow", 1)]
+
+
+def test_in_strict_mode_a_key_waits_for_its_failing_head_and_other_keys_do_not(
+        sqlqueue_drain):
+    sqlqueue.publish_many(LEDGER, [
+        {"payload": {"n": 1, "fail": 1}, "key": "a"},
+        {"payload": {"n": 2}, "key": "a"},
+        {"payload": {"n": 3}, "key": "b"},
+    ])
+
+    first = sqlqueue_drain(LEDGER)
+
+    assert sorted(p["n"] for p, _ in runs(topic=LEDGER)) == [1, 3]
+    assert (first.handled, first.retried, first.next_due is not None) == (1, 1, True)
+    sqlqueue_drain(LEDGER, advance_delays=True)
+    assert [(p["n"], attempt) for p, attempt in runs(topic=LEDGER) if p["n"] < 3] == [
+        (1, 1), (1, 2), (2, 1)]
 
 
 def test_drain_runs_tasks_with_their_retries():
