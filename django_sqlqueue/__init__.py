@@ -1,7 +1,9 @@
 """django-sqlqueue: a partitioned, at-least-once message queue in your Django database.
 
 The public API is imported lazily (PEP 562) so that ``import django_sqlqueue`` works in
-settings files and before the app registry is ready.
+settings files and before the app registry is ready, and imports nothing of Django itself
+(the pytest plugin, ``django_sqlqueue.testing.pytest_plugin``, is loaded before Django is
+configured).
 """
 
 from __future__ import annotations
@@ -9,23 +11,24 @@ from __future__ import annotations
 from importlib import import_module
 from typing import TYPE_CHECKING, Any
 
-from .exceptions import (
-    ConfigurationError,
-    DeadLetter,
-    InvalidMessage,
-    LeaseLost,
-    Retry,
-    SQLQueueError,
-    TopicNotDrained,
-)
-
 if TYPE_CHECKING:
     from .consuming.backoff import ExponentialBackoff
     from .consuming.message import Message
     from .consuming.registry import subscriber
+    from .exceptions import (
+        ConfigurationError,
+        DeadLetter,
+        InvalidMessage,
+        LeaseLost,
+        Retry,
+        SQLQueueError,
+        TopicNotDrained,
+    )
     from .publishing import StoredMessage, publish, publish_many
 
 _LAZY = {
+    **dict.fromkeys(["ConfigurationError", "DeadLetter", "InvalidMessage", "LeaseLost", "Retry",
+                     "SQLQueueError", "TopicNotDrained"], "django_sqlqueue.exceptions"),
     "ExponentialBackoff": "django_sqlqueue.consuming.backoff",
     "Message": "django_sqlqueue.consuming.message",
     "subscriber": "django_sqlqueue.consuming.registry",

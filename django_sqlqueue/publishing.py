@@ -6,7 +6,8 @@ message exists only if the surrounding ``transaction.atomic`` block commits.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Mapping
+import threading
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -20,6 +21,12 @@ from .models.messages import MessageRow
 from .rows import decode_json, epoch_ms_to_datetime
 
 _MESSAGE_FIELDS = frozenset({"payload", "key", "id", "headers", "delay"})
+
+Observer = Callable[[Sequence["StoredMessage"]], None]
+# Told what every publish() writes (see observe()); replaced whole under the lock, so a
+# publish reads it without one and an observer added meanwhile waits for the next publish.
+_observers: tuple[Observer, ...] = ()
+_observers_lock = threading.Lock()
 
 
 class StoredMessage:
@@ -116,7 +123,7 @@ def publish(
     row = build_row(topic, payload, key, id, headers, delay, get_settings().max_payload_bytes)
     alias = using or router.db_for_write(QueueMessage)
     stored = QueueMessage.objects.insert_rows([row], using=alias)
-    return StoredMessage.from_row(stored[(row.topic, row.key, row.id)])
+    return _observed([StoredMessage.from_row(stored[(row.topic, row.key, row.id)])])[0]
 
 
 def publish_new(
@@ -131,7 +138,7 @@ def publish_new(
     row = row._replace(id_given=False)
     alias = using or router.db_for_write(QueueMessage)
     stored = QueueMessage.objects.insert_rows([row], using=alias)
-    return StoredMessage.from_row(stored[(row.topic, row.key, row.id)])
+    return _observed([StoredMessage.from_row(stored[(row.topic, row.key, row.id)])])[0]
 
 
 def publish_many(
@@ -171,7 +178,30 @@ def publish_many(
     with transaction.atomic(using=alias):
         for batch in _batches(unique_rows, conf.publish_batch_size, PUBLISH_BATCH_BYTES):
             stored.update(QueueMessage.objects.insert_rows(batch, using=alias))
-    return [StoredMessage.from_row(stored[(r.topic, r.key, r.id)]) for r in rows]
+    return _observed([StoredMessage.from_row(stored[(r.topic, r.key, r.id)]) for r in rows])
+
+
+def observe(observer: Observer) -> Callable[[], None]:
+    """Call ``observer`` with the messages each publish(), publish_many() and task
+    enqueue returns from now on, in every thread, as soon as they are written (committed
+    or not); return the function that stops it. ``django_sqlqueue.testing.captured`` uses
+    it."""
+    global _observers
+    with _observers_lock:
+        _observers = (*_observers, observer)
+
+    def stop() -> None:
+        global _observers
+        with _observers_lock:
+            _observers = tuple(o for o in _observers if o is not observer)
+
+    return stop
+
+
+def _observed(messages: list[StoredMessage]) -> list[StoredMessage]:
+    for observer in _observers:
+        observer(messages)
+    return messages
 
 
 def _batches(rows: list[NewRow], max_rows: int, max_bytes: int) -> Iterator[list[NewRow]]:

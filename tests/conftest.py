@@ -27,6 +27,19 @@ settings.register_profile(
 )
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "repeatable"))
 
+# --------------------------------------------------------------------------- test helpers
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """The package's pytest plugin (its fixtures), as its ``pytest11`` entry point loads it
+    where the package is installed: an environment installed before the plugin existed
+    gets it here."""
+    from django_sqlqueue.testing import pytest_plugin
+
+    if not config.pluginmanager.is_registered(pytest_plugin):
+        config.pluginmanager.register(pytest_plugin, "sqlqueue")
+
+
 # --------------------------------------------------------------------------- backend check
 #
 # MariaDB and PostgreSQL runs need a live server. Outside CI an unreachable server

@@ -23,14 +23,12 @@ from concurrent.futures import Future, ThreadPoolExecutor
 
 from django.db import close_old_connections, connections
 
-from ..consuming.backoff import retry_delay
 from ..consuming.message import Message
-from ..exceptions import DeadLetter, LeaseLost, Retry, SQLQueueError
-from ..logtext import loggable
+from ..exceptions import LeaseLost, SQLQueueError
 from ..models import DeliveryState
-from ..models.fields import storable_error
 from .clock import DatabaseClock
-from .outcomes import Acked, DeadLettered, NotStarted, Outcome, Retried
+from .handling import handle
+from .outcomes import NotStarted, Outcome
 from .partitions import Ident, Partition
 
 logger = logging.getLogger("django_sqlqueue.worker")
@@ -167,45 +165,14 @@ class Dispatcher:
             return
         with self._lock:
             self._started.setdefault((partition.ident, message.offset), time.monotonic())
-        subscription = partition.subscription
         close_old_connections()
         started = time.monotonic() if self.on_finished is not None else 0.0
         try:
-            subscription.handler(message)
-        except Retry as exc:
-            delay = retry_delay(subscription.backoff, message.attempt, exc.delay)
-            self._failed(partition, generation, message, f"Retry: {exc}", delay)
-        except DeadLetter as exc:
-            self.outcomes.put(DeadLettered(partition, generation, message,
-                                           error=storable_error(f"DeadLetter: {exc}")))
-        except BaseException as exc:  # noqa: BLE001 - any handler failure is a nack, never a crash
-            delay = retry_delay(subscription.backoff, message.attempt)
-            self._failed(partition, generation, message, f"{type(exc).__name__}: {exc}", delay)
-        else:
-            self.outcomes.put(Acked(partition, generation, message))
+            self.outcomes.put(handle(partition, generation, message))
         finally:
             if self.on_finished is not None:
                 self.on_finished(partition.ident, time.monotonic() - started)
             close_old_connections()
-
-    def _failed(self, partition: Partition, generation: int, message: Message, error: str,
-                delay: float) -> None:
-        subscription = partition.subscription
-        error = storable_error(error)
-        if message.attempt >= subscription.max_attempts:
-            logger.warning(
-                "handler failed, giving up topic=%s group=%s key=%s offset=%s attempt=%s error=%s",
-                message.topic, message.group, loggable(message.key), message.offset,
-                message.attempt, loggable(error),
-            )
-            self.outcomes.put(DeadLettered(partition, generation, message, error=error))
-        else:
-            logger.info(
-                "handler failed, retrying in %.2fs topic=%s group=%s key=%s offset=%s attempt=%s "
-                "error=%s", delay, message.topic, message.group, loggable(message.key),
-                message.offset, message.attempt, loggable(error),
-            )
-            self.outcomes.put(Retried(partition, generation, message, error=error, delay=delay))
 
 
 def _priority(partition: Partition, message: Message) -> int:

@@ -5,11 +5,13 @@ example project against it: what a user installing from an index gets.
 
 Steps: ``python -m build`` on a copy of the files a clone would have (the wheel is built
 from the sdist, so a file the sdist leaves out is missing from the wheel too); every file
-of the package in the source tree must be in both archives; a virtualenv without system
+of the package in the source tree must be in both archives, and the wheel must declare the
+test helpers' pytest plugin (its ``pytest11`` entry point); a virtualenv without system
 site-packages gets the wheel (not editable) and Django; then, from a copy of the example
 project outside the checkout, ``check``, ``migrate``, the admin's overview and dead-letters
 pages with a logged-in superuser, and a message published, handled by ``runqueueworker
---burst`` and recorded by its handlers.
+--burst`` and recorded by its handlers; last, the example's own tests (``manage.py test
+shop``, written with the test helpers).
 Exits non-zero with the reason on the first failure.
 """
 
@@ -27,6 +29,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 PACKAGE = "django_sqlqueue"
+PLUGIN = "django_sqlqueue.testing.pytest_plugin"  # the pytest11 entry point's module
 SCRIPT = Path(__file__).resolve().with_name("in_venv.py")
 # Files the source tree has that an installed package does not need.
 SKIPPED_SUFFIXES = (".pyc",)
@@ -97,9 +100,22 @@ def check_archives(sdist: Path, wheel: Path) -> None:
         if missing:
             raise Failed(f"the {where} lacks {len(missing)} file(s) of the package: "
                          + ", ".join(missing[:10]) + (" ..." if len(missing) > 10 else ""))
+    check_entry_points(wheel)
     templates = [name for name in in_wheel if name.startswith(f"{PACKAGE}/templates/")]
     print(f"sqlqueue: both archives hold all {len(wanted)} package files "
           f"({len(templates)} templates)")
+
+
+def check_entry_points(wheel: Path) -> None:
+    """The wheel declares the test helpers' pytest plugin, so installing it is enough for
+    pytest to find the fixtures."""
+    with zipfile.ZipFile(wheel) as archive:
+        names = [n for n in archive.namelist() if n.endswith(".dist-info/entry_points.txt")]
+        text = archive.read(names[0]).decode() if names else ""
+    lines = [line.replace(" ", "") for line in text.splitlines()]
+    if "[pytest11]" not in lines or f"sqlqueue={PLUGIN}" not in lines:
+        raise Failed(f"the wheel declares no pytest11 entry point 'sqlqueue = {PLUGIN}'; "
+                     f"its entry_points.txt: {text!r}")
 
 
 def clean_environment() -> dict[str, str]:
@@ -148,6 +164,8 @@ def exercise(python: Path, venv: Path, work: Path) -> None:
     print(run([*script, "publish"], cwd=cwd, env=env), end="")
     run([*manage, "runqueueworker", "--burst", "--topic", "orders"], cwd=cwd, env=env)
     print(run([*script, "handled"], cwd=cwd, env=env), end="")
+    # The example's own tests, written with django_sqlqueue.testing, on the installed wheel.
+    run([*manage, "test", "shop", "--noinput"], cwd=cwd, env=env)
 
 
 def main() -> int:
