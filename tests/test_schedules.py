@@ -231,3 +231,10 @@ def test_a_tick_that_cannot_fire_is_logged_and_the_schedule_moves_on(caplog):
     assert "schedule tick not fired name=gone" in caplog.text
     row = Schedule.objects.get()
     assert row.next_run_at > now and row.last_message == ""
+
+
+def test_schedule_names_are_case_sensitive():
+    schedules.add("nightly", cron="@daily", topic="reports", payload=1)
+    schedules.add("Nightly", cron="@hourly", topic="reports", payload=2)
+    assert sorted(Schedule.objects.values_list("name", "cron")) == [
+        ("Nightly", "@hourly"), ("nightly", "@daily")]

@@ -12,7 +12,7 @@ from datetime import UTC, datetime
 import pytest
 
 from django_sqlqueue import schedules
-from django_sqlqueue.models import QueueMessage, Schedule
+from django_sqlqueue.models import PartitionLease, QueueMessage, Schedule
 from django_sqlqueue.scheduling import cron
 from django_sqlqueue.scheduling.firing import tick_id
 from tests.factories import ScheduleFactory, schedule_definition
@@ -86,6 +86,15 @@ def test_a_schedule_added_at_run_time_fires_until_removed(workers):
     count = len(fired_ticks("every-second"))
     wait_stable(lambda: len(fired_ticks("every-second")), count, hold=3.0,
                 what="no tick after the removal", watch=[worker])
+
+
+def test_a_worker_started_with_no_schedules_fires_none(workers):
+    schedules.add("every-second", cron="* * * * * *", topic="reports", payload={})
+    worker = workers.start("w", *WORKER_ARGS, "--no-schedules")
+    wait_until(lambda: PartitionLease.objects.filter(leased_by="w").exists(), timeout=30,
+               what="the worker started", watch=[worker])
+    wait_stable(lambda: len(fired_ticks("every-second")), 0, hold=2.5,
+                what="no tick fired", watch=[worker])
 
 
 def test_a_task_schedule_runs_its_task_once_per_tick(workers):

@@ -1,10 +1,27 @@
 """Recurring schedules (docs/scheduling.md): one row per schedule with its next tick."""
 
+from typing import Any
 
 from django.db import migrations, models
 
 
+def binary_names(apps: Any, schema_editor: Any) -> None:
+    """Names compare byte for byte, as the message ids they go into do: under a
+    case-insensitive collation "Nightly" and "nightly" would be one schedule."""
+    connection = schema_editor.connection
+    if connection.vendor != "mysql":
+        return
+    collation = "utf8mb4_nopad_bin" if connection.mysql_is_mariadb else "utf8mb4_0900_bin"
+    quote = connection.ops.quote_name
+    schema_editor.execute(
+        f"ALTER TABLE {quote('queue_schedules')} MODIFY {quote('name')} "
+        f"VARCHAR(100) CHARACTER SET utf8mb4 COLLATE {collation} NOT NULL"
+    )
+
+
 class Migration(migrations.Migration):
+
+    atomic = False  # MySQL cannot roll back DDL anyway (see 0002)
 
     dependencies = [
         ('django_sqlqueue', '0011_waiting_messages'),
@@ -35,4 +52,5 @@ class Migration(migrations.Migration):
                 'indexes': [models.Index(fields=['paused', 'next_run_at'], name='queue_sched_due')],
             },
         ),
+        migrations.RunPython(binary_names, migrations.RunPython.noop),
     ]

@@ -57,7 +57,8 @@ class ScheduleManager(models.Manager["Schedule"]):
     def defined(self, names: list[str] | None, using: str) -> dict[str, Schedule]:
         """The schedules named (every one when None), locked until the transaction ends, so
         two workers syncing the settings at once apply them one after the other."""
-        rows = self.using(using).select_for_update()
+        # In name order, so two syncing workers lock the rows in one order.
+        rows = self.using(using).select_for_update().order_by("name")
         if names is not None:
             rows = rows.filter(name__in=names)
         return {row.name: row for row in rows}
