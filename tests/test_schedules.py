@@ -238,3 +238,54 @@ def test_schedule_names_are_case_sensitive():
     schedules.add("Nightly", cron="@hourly", topic="reports", payload=2)
     assert sorted(Schedule.objects.values_list("name", "cron")) == [
         ("Nightly", "@hourly"), ("nightly", "@daily")]
+
+
+def test_migrate_syncs_the_settings_schedules():
+    from django_sqlqueue.scheduling.definitions import sync_after_migrate
+
+    with override_settings(SQLQUEUE={"SCHEDULES": SETTINGS_SCHEDULES}):
+        sync_after_migrate(using="default")
+    assert Schedule.objects.filter(name="hourly-report", origin="settings").exists()
+
+
+# ----------------------------------------------------------------------- DST, end to end
+
+def fire_through(start: str, end: str, step_ms: int = 10 * 60_000) -> None:
+    """Run the scheduler from ``start`` to ``end`` (UTC), as if the database clock went
+    by in ``step_ms`` steps."""
+    from datetime import datetime
+
+    now = int(datetime.fromisoformat(start).timestamp() * 1000)
+    stop = int(datetime.fromisoformat(end).timestamp() * 1000)
+    while now <= stop:
+        fire_due(now, "default")
+        now += step_ms
+
+
+def add_paris_0230(first_tick: str) -> None:
+    from datetime import datetime
+
+    expression = "30 2 * * *"
+    ScheduleFactory(name="paris", cron=expression, timezone="Europe/Paris",
+                    next_run_at=int(datetime.fromisoformat(first_tick).timestamp() * 1000),
+                    definition=schedule_definition(cron=expression, timezone="Europe/Paris"))
+
+
+def test_a_0230_job_fires_once_on_the_spring_forward_day():
+    add_paris_0230("2026-03-28T01:30:00+00:00")
+    fire_through("2026-03-28T00:00:00+00:00", "2026-03-30T23:00:00+00:00")
+    assert published(topic="reports") == [
+        "schedule:paris:2026-03-28T01:30:00Z",  # 02:30 CET
+        "schedule:paris:2026-03-29T01:00:00Z",  # 03:00 CEST: 02:30 did not exist
+        "schedule:paris:2026-03-30T00:30:00Z",  # 02:30 CEST
+    ]
+
+
+def test_a_0230_job_fires_once_on_the_autumn_day_that_repeats_its_hour():
+    add_paris_0230("2026-10-24T00:30:00+00:00")
+    fire_through("2026-10-24T00:00:00+00:00", "2026-10-26T23:00:00+00:00", step_ms=5 * 60_000)
+    assert published(topic="reports") == [
+        "schedule:paris:2026-10-24T00:30:00Z",  # 02:30 CEST
+        "schedule:paris:2026-10-25T00:30:00Z",  # 02:30 CEST, the first of two 02:30s
+        "schedule:paris:2026-10-26T01:30:00Z",  # 02:30 CET
+    ]

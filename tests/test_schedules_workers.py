@@ -56,17 +56,19 @@ def test_each_tick_fires_once_with_eight_workers_some_killed_during_ticks(worker
     killed = 0
     rng = random.Random(21)
     for round_ in range(4):
-        # Kill a worker 20-150 ms after a tick, while the fleet fires its 150 schedules.
-        time.sleep(2 - time.time() % 2 + rng.uniform(0.02, 0.15))
-        victim = rng.choice([w for w in fleet if w.alive])
-        victim.send(signal.SIGKILL)
-        victim.kill()
-        killed += 1
-        fleet.append(workers.start(f"r{round_}", *WORKER_ARGS))
+        # 20-100 ms after a tick, while the fleet fires its 150 schedules (two claims of
+        # at most 100), kill three of the eight at once: most rounds hit a worker inside
+        # its claim's transaction. Three new ones take their places.
+        time.sleep(2 - time.time() % 2 + rng.uniform(0.02, 0.1))
+        for victim in rng.sample([w for w in fleet if w.alive], 3):
+            victim.send(signal.SIGKILL)
+            victim.kill()
+            killed += 1
+        fleet += [workers.start(f"r{round_}-{n}", *WORKER_ARGS) for n in range(3)]
     time.sleep(2.5)
     Schedule.objects.update(paused=True)
     time.sleep(1.0)  # a firing in progress commits (or not) by now
-    assert killed == 4
+    assert killed == 12
     for row in Schedule.objects.all():
         ticks = fired_ticks(row.name)
         assert len(ticks) >= 5, row.name
