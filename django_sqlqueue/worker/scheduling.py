@@ -26,6 +26,8 @@ logger = logging.getLogger("django_sqlqueue.worker")
 
 LOOK_INTERVAL = 1.0  # seconds, the longest an idle scheduler goes without a look
 RETRY_DELAY = 2.0  # seconds after a failed look or firing
+AFTER_FIRING = 0.05  # seconds until the look after a firing, which finds the next tick
+BUSY_ELSEWHERE = 0.25  # seconds until the next look when another worker holds the due rows
 
 
 class Scheduler:
@@ -67,9 +69,11 @@ class Scheduler:
                 wait = LOOK_INTERVAL if earliest is None else (earliest - now_ms) / 1000
                 return min(LOOK_INTERVAL, wait)
             # Claimed in batches until none is left due that another worker is not firing.
-            while fire_due(now_ms, self.using) == CLAIM_BATCH and not self._stop.is_set():
-                pass
-            return 0.0 if self._stop.is_set() else min(LOOK_INTERVAL, 0.05)
+            claimed = fire_due(now_ms, self.using)
+            while claimed == CLAIM_BATCH and not self._stop.is_set():
+                claimed = fire_due(now_ms, self.using)
+            # Nothing claimed: the due rows are another worker's, which is firing them.
+            return BUSY_ELSEWHERE if claimed == 0 else AFTER_FIRING
         except Exception as exc:  # noqa: BLE001 - the scheduler must never stop the worker
             if is_transient(exc):
                 logger.info("schedules postponed: %s: %s", type(exc).__name__,
