@@ -22,6 +22,7 @@ QUEUE_TABLES = (
     "queue_topics",
     "queue_group_controls",
     "queue_throughput",
+    "queue_schedules",
 )
 
 MYSQL = "django.db.backends.mysql"

@@ -31,7 +31,7 @@ if str(REPO_ROOT) not in sys.path:
     sys.path.insert(0, str(REPO_ROOT))
 
 NAMES = ["publish_single", "publish_many", "end_to_end", "latency", "idle_queries",
-         "many_keys", "scale", "fleet", "admin_pages", "tasks", "waiting"]
+         "many_keys", "scale", "fleet", "admin_pages", "tasks", "waiting", "schedules"]
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -70,6 +70,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--waiting", type=int, default=50_000,
                         help="messages waiting in one partition for waiting (delayed a "
                              "day; behind a failing key) (default: 50000)")
+    parser.add_argument("--schedules", type=int, default=10_000,
+                        help="run-time schedules stored for schedules (default: 10000)")
+    parser.add_argument("--schedule-seconds", type=float, default=30.0,
+                        help="how long schedules fires 300 of them, 5 ticks a second "
+                             "(default: 30)")
     parser.add_argument("--profile", action="store_true",
                         help="MariaDB/MySQL: also count the end_to_end workers' statements "
                              "by kind and table (adds a little overhead)")
@@ -105,10 +110,10 @@ def main(argv: list[str] | None = None) -> int:
     django.setup()
     from django.core.management import call_command
 
-    from benchmarks import admin_pages, scaling, suite, tasks, waiting
+    from benchmarks import admin_pages, scaling, schedules, suite, tasks, waiting
 
     benchmarks = {**suite.BENCHMARKS, **scaling.BENCHMARKS, **admin_pages.BENCHMARKS,
-                  **tasks.BENCHMARKS, **waiting.BENCHMARKS}
+                  **tasks.BENCHMARKS, **waiting.BENCHMARKS, **schedules.BENCHMARKS}
 
     call_command("migrate", verbosity=0, interactive=False)
     meta = describe(db, args)
@@ -123,6 +128,7 @@ def main(argv: list[str] | None = None) -> int:
         fleet_sizes=args.fleet_sizes, admin_messages=args.admin_messages,
         admin_dead_letters=args.admin_dead_letters, task_count=args.tasks,
         baseline_task_count=args.baseline_tasks, waiting_messages=args.waiting,
+        schedule_count=args.schedules, schedule_seconds=args.schedule_seconds,
     )
     results: list[suite.Result] = []
     failures: list[str] = []

@@ -102,6 +102,8 @@ class Context:
     task_count: int = 5_000  # tasks enqueued and drained on django-sqlqueue's backend
     baseline_task_count: int = 1_000  # ... and on django-tasks-db's
     waiting_messages: int = 50_000  # waiting messages in one partition (waiting benchmark)
+    schedule_count: int = 10_000  # run-time schedules stored (schedules benchmark)
+    schedule_seconds: float = 30.0  # how long 300 of them fire
     workers: list[subprocess.Popen[bytes]] = field(default_factory=list)
     log: Callable[[str], None] = print
 

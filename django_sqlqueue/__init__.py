@@ -50,11 +50,16 @@ __all__ = [
     "TopicNotDrained",
     "publish",
     "publish_many",
+    "schedules",
     "subscriber",
 ]
 
 
 def __getattr__(name: str) -> Any:
+    if name == "schedules":  # the run-time schedules API, a module of its own
+        value = import_module(".schedules", __name__)
+        globals()[name] = value
+        return value
     module = _LAZY.get(name)
     if module is None:
         raise AttributeError(f"module 'django_sqlqueue' has no attribute {name!r}")

@@ -242,3 +242,47 @@ def check_task_backends(
     except ImportError:  # no Tasks framework: Django 5.2 without the django-tasks backport
         return []
     return task_backend_errors()
+
+
+@register("sqlqueue")
+def check_schedules(
+    app_configs: Sequence[AppConfig] | None = None, **kwargs: Any,
+) -> list[CheckMessage]:
+    """``SQLQUEUE["SCHEDULES"]``: cron, time zone, catch-up policy, task or message of each
+    schedule (``sqlqueue.E090`` … ``E096``); ``W090`` for a topic no subscriber consumes."""
+    from .scheduling.spec import E_FIELDS, problems
+
+    declared = raw_settings()["SCHEDULES"]
+    hint = "See 'Declaring schedules' in docs/scheduling.md."
+    if not isinstance(declared, dict):
+        return [Error(f"SQLQUEUE['SCHEDULES'] must be a dict of schedules by name, got "
+                      f"{type(declared).__name__}.", hint=hint, id=E_FIELDS)]
+    errors: list[CheckMessage] = []
+    for name, options in declared.items():
+        errors += [Error(message + ".", hint=hint, id=check_id, obj=f"SCHEDULES[{name!r}]")
+                   for check_id, message in problems(name, options)]
+    topics = {name: options["topic"] for name, options in declared.items() if "topic" in options}
+    if errors or not topics:
+        return errors
+    consumed = _consumed_topics()
+    for name, topic in topics.items():
+        if consumed is not None and topic not in consumed:
+            errors.append(Warning(
+                f"schedule {name!r} publishes to topic {topic!r}, which no @subscriber "
+                "consumes: its messages would wait in the log.",
+                hint="Check the topic's spelling, or subscribe a handler to it in a queues.py.",
+                id="sqlqueue.W090", obj=f"SCHEDULES[{name!r}]"))
+    return errors
+
+
+def _consumed_topics() -> set[str] | None:
+    """Topics of the @subscriber handlers in installed apps' queues.py; None when those
+    cannot be imported (runqueueworker reports why)."""
+    from .consuming.registry import autodiscover, subscriptions
+    from .exceptions import ConfigurationError
+
+    try:
+        autodiscover()
+    except ConfigurationError:
+        return None
+    return {s.topic for s in subscriptions()}

@@ -67,6 +67,10 @@ DEFAULTS: dict[str, Any] = {
     # When set, the metrics view serves only requests with "Authorization: Bearer <token>".
     # None: anyone who can reach the URL (protect it another way).
     "METRICS_TOKEN": None,
+    # Recurring schedules by name: {"nightly": {"cron": "0 3 * * *", "task": "shop.tasks.x"}}
+    # or {"cron": ..., "topic": ..., "payload": ...}; see docs/scheduling.md. Synced into
+    # the queue_schedules table by migrate and by each worker at start.
+    "SCHEDULES": {},
 }
 
 MAX_PARTITIONS = 4096  # per topic; lease rows, watermarks and fair share count partitions
@@ -112,6 +116,7 @@ class QueueSettings:
     archive_before_gc: bool
     metrics_cache_seconds: float
     metrics_token: str | None
+    schedules: dict[str, dict[str, Any]]
 
     def partitions_for(self, topic: str) -> int:
         """The partition count configured for ``topic`` (the recorded count wins once a

@@ -18,6 +18,7 @@ from django_sqlqueue.models import (
     LogSequencer,
     PartitionLease,
     QueueMessage,
+    Schedule,
     SubscriberHeartbeat,
 )
 
@@ -100,3 +101,29 @@ class LogSequencerFactory(DjangoModelFactory):
     last_position = 0
     sequenced_by = ""
     sequenced_at = 0
+
+
+class ScheduleFactory(DjangoModelFactory):
+    """A schedule publishing {"n": 1} to "reports" hourly; set ``next_run_at`` (epoch ms)
+    in the past to make it due, and ``definition`` through :func:`schedule_definition`."""
+
+    class Meta:
+        model = Schedule
+
+    name = factory.Sequence(lambda n: f"schedule-{n}")
+    origin = "api"
+    cron = "0 * * * *"
+    timezone = "UTC"
+    catch_up = "latest"
+    target = "topic reports"
+    definition = factory.LazyAttribute(lambda o: schedule_definition(
+        cron=o.cron, timezone=o.timezone, catch_up=o.catch_up))
+    next_run_at = factory.LazyFunction(_now_ms)
+
+
+def schedule_definition(**options: object) -> str:
+    """A schedule's stored definition: ``options`` over a message schedule's defaults."""
+    from django_sqlqueue.scheduling.spec import normalize
+
+    merged = {"cron": "0 * * * *", "topic": "reports", "payload": {"n": 1}, **options}
+    return normalize("x", {k: v for k, v in merged.items() if v is not None}).definition_json()

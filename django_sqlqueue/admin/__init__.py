@@ -1,6 +1,7 @@
-"""The queue in Django's admin: dead letters, the log, partitions, subscribers, overview.
+"""The queue in Django's admin: dead letters, the log, partitions, subscribers, overview,
+schedules.
 
 Imported by ``django.contrib.admin``'s autodiscovery; nothing to register by hand.
 """
 
-from . import dead_letters, messages, overview, pages  # noqa: F401  (register their ModelAdmins)
+from . import dead_letters, messages, overview, pages, schedules  # noqa: F401  (register their ModelAdmins)

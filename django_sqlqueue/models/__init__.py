@@ -13,6 +13,7 @@ from .leases import PartitionLease
 from .messages import QueueMessage
 from .offsets import ConsumerOffset
 from .operated import DeadLetter, Overview, Partition, Subscriber
+from .schedules import Schedule
 from .sequencer import LogSequencer
 from .task_results import TaskResultRecord
 from .throughput import Throughput
@@ -29,6 +30,7 @@ __all__ = [
     "Partition",
     "PartitionLease",
     "QueueMessage",
+    "Schedule",
     "Subscriber",
     "SubscriberHeartbeat",
     "TaskResultRecord",

@@ -25,6 +25,14 @@ from .errors import (
     UnknownSubscriber,
     UnknownSubscription,
 )
+from .schedules import (
+    ScheduleRow,
+    UnknownSchedule,
+    list_schedules,
+    pause_schedule,
+    resume_schedule,
+    run_now,
+)
 from .stats import Health, SubscriptionStats, health, overview
 
 __all__ = [
@@ -38,8 +46,10 @@ __all__ = [
     "Outcome",
     "Released",
     "Replayed",
+    "ScheduleRow",
     "SubscriptionStats",
     "UnknownMessage",
+    "UnknownSchedule",
     "UnknownSubscriber",
     "UnknownSubscription",
     "count",
@@ -47,11 +57,15 @@ __all__ = [
     "discard",
     "forget",
     "health",
+    "list_schedules",
     "overview",
     "pause",
+    "pause_schedule",
     "release_leases",
     "replay",
     "resume",
+    "resume_schedule",
+    "run_now",
     "run_gc",
     "sample",
 ]

@@ -24,7 +24,7 @@ from ..exceptions import InvalidMessage
 from ..models import QueueMessage, TaskResultRecord
 from ..models.fields import MAX_TOPIC_LENGTH
 from ..models.task_results import QUEUE_NAME_LENGTH, TASK_PATH_LENGTH
-from ..publishing import publish_new
+from ..publishing import publish, publish_new
 from ..rows import decode_json, epoch_ms_to_datetime
 from .compat import (
     BaseTaskBackend,
@@ -102,6 +102,14 @@ class QueueBackend(BaseTaskBackend):
             raise InvalidTask(f"backoff must have a delay(attempt) method, got {backoff!r}")
 
     def enqueue(self, task: Any, args: Any, kwargs: Any) -> Any:
+        return self._enqueue(task, args, kwargs, uuid.uuid4().hex, fresh=True)
+
+    def enqueue_once(self, task: Any, args: Any, kwargs: Any, result_id: str) -> Any:
+        """enqueue() under a result id the caller chose: enqueuing the same id again is a
+        no-op (the scheduler's "schedule:<name>:<tick>", so a tick runs its task once)."""
+        return self._enqueue(task, args, kwargs, result_id, fresh=False)
+
+    def _enqueue(self, task: Any, args: Any, kwargs: Any, result_id: str, fresh: bool) -> Any:
         self.validate_task(task)
         if not self.queues:
             # Django's validation accepts any queue name then, but workers run only the
@@ -118,7 +126,6 @@ class QueueBackend(BaseTaskBackend):
                 f"(str, int, float, bool, None, lists and dicts of them): {exc}"
             ) from exc
         alias = router.db_for_write(QueueMessage)
-        result_id = uuid.uuid4().hex
         run_after = task.run_after.isoformat() if task.run_after is not None else None
         # The message is the task until a worker starts it: that worker writes its result
         # row, in the transaction that hands the task out (see runner.py).
@@ -129,8 +136,9 @@ class QueueBackend(BaseTaskBackend):
         if delay > MAX_DELAY.total_seconds():  # by the database's clock, this time
             raise _out_of_range(task.run_after)
         try:
-            stored = publish_new(topic_for(task.queue_name), payload, id=result_id,
-                                 delay=delay, using=alias)
+            # A new UUID cannot be in the log yet: publish_new skips the duplicate check.
+            stored = (publish_new if fresh else publish)(
+                topic_for(task.queue_name), payload, id=result_id, delay=delay, using=alias)
         except InvalidMessage as exc:
             raise InvalidTaskArguments(f"{task.module_path}: {exc}") from exc
         result = _ready_result(task, result_id, args, kwargs, stored.published_at, self.alias)

@@ -44,6 +44,7 @@ from .leasing import Leasing
 from .outcomes import Outcome
 from .partitions import Ident, Partition
 from .results import CycleResult
+from .scheduling import Scheduler
 from .session import SessionBounds
 from .shutdown import drain
 from .startup import Startup
@@ -74,6 +75,7 @@ class Worker:
         burst: bool = False,
         using: str = "default",
         metrics: WorkerMetrics | None = None,
+        schedules: bool = False,
     ) -> None:
         if not subscriptions:
             raise ValueError("a worker needs at least one subscription")
@@ -117,6 +119,8 @@ class Worker:
         self._next_maintain = 0.0
         self._next_acquire = 0.0
         self.collector: GarbageCollector | None = None
+        # Fires recurring schedules (runqueueworker runs one unless --no-schedules).
+        self.scheduler = Scheduler(using) if schedules else None
         self.startup = Startup(self.name, using, self.leasing, self.session, self.clock,
                                conf.lease_duration + conf.renew_interval)
         self.cycles = 0  # poll cycles run, and the longest one (seconds), logged at stop
@@ -147,6 +151,8 @@ class Worker:
                                                   self.conf.gc_interval,
                                                   self.conf.group_retention)
                 self.collector.start()
+            if self.scheduler is not None:
+                self.scheduler.start()
             for hooks in {id(s.hooks): s.hooks for s in self.subscriptions if s.hooks}.values():
                 hooks.started(self.stopping, self.stop, self.using)
             while not self.stopping.is_set():
@@ -165,6 +171,8 @@ class Worker:
             self._shutdown()
             if self.collector is not None:
                 self.collector.stop()
+            if self.scheduler is not None:
+                self.scheduler.stop()
         self.session.release()
         logger.info("worker stopped name=%s cycles=%s longest_cycle_ms=%.0f", self.name,
                     self.cycles, self.longest_cycle * 1000)

@@ -109,6 +109,12 @@ SQLQUEUE = {
     "SHUTDOWN_GRACE": 30.0,  # seconds a stopping worker waits for running handlers
     "PARTITIONS": 16,  # partitions of a new topic: the most workers a group can spread over
     "TOPICS": {"orders": {"PARTITIONS": 8}},  # per-topic overrides
+    # Recurring schedules, fired by the workers once per tick (docs/scheduling.md). Every
+    # 5 seconds (a sixth field, seconds first) so `make demo` sees it fire; a real report
+    # would run "0 18 * * *" with "timezone": "Europe/Paris".
+    "SCHEDULES": {
+        "sales-report": {"cron": "*/5 * * * * *", "task": "shop.tasks.sales_report"},
+    },
 }
 
 # Django's Tasks framework on the queue: `manage.py runqueueworker` runs these task queues

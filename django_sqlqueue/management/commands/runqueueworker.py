@@ -65,6 +65,9 @@ class Command(BaseCommand):
                             help=f"Handler threads, 1 to {MAX_CONCURRENCY} (default: 4).")
         parser.add_argument("--burst", action="store_true",
                             help="Exit once no subscribed partition has a deliverable message.")
+        parser.add_argument("--no-schedules", action="store_true",
+                            help="Do not fire recurring schedules here (by default every "
+                                 "worker may fire them; each tick still fires once).")
         parser.add_argument("--database", default="default",
                             help="Database alias holding the queue tables (default: default).")
         parser.add_argument("--metrics-port", default=None, metavar="PORT",
@@ -97,6 +100,7 @@ class Command(BaseCommand):
         worker = Worker(
             selected, name=name, concurrency=concurrency,
             burst=options["burst"], using=options["database"], metrics=metrics,
+            schedules=not options["no_schedules"],
         )
         if metrics is not None:
             metrics.watch_leases(lambda: list(worker.partitions.values()))

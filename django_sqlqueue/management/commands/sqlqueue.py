@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import sys
 from argparse import ArgumentParser
+from datetime import datetime
 from typing import Any, NoReturn
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
@@ -39,7 +40,9 @@ SUBCOMMANDS = {
     "gc": "Run garbage collection now and print what it deleted.",
     "repartition": "Change a drained topic's partition count.",
     "forget": "Retire a consumer group: delete its state so it no longer holds back GC.",
+    "schedules": "List recurring schedules, pause or resume one, or run one now.",
 }
+SCHEDULE_ACTIONS = ("list", "pause", "resume", "run-now")
 UNHEALTHY = 1  # exit status of a failed health check
 MAX_INDENT = 16  # spaces per level for stats --json --indent
 
@@ -307,6 +310,58 @@ class Command(BaseCommand):
             f"{done.watermarks} watermark(s), {done.deliveries} delivery row(s), "
             f"{done.leases} lease(s), {done.heartbeats} heartbeat(s) deleted"
         )
+
+    # ----------------------------------------------------------------- schedules
+
+    def add_schedules_arguments(self, parser: ArgumentParser) -> None:
+        # Strings, checked in handle_schedules(), so a bad action gets one line.
+        parser.add_argument("action", nargs="?", default="list", metavar="ACTION",
+                            help=f"{', '.join(SCHEDULE_ACTIONS)} (default: list).")
+        parser.add_argument("name", nargs="?", default=None, metavar="NAME",
+                            help="The schedule (for pause, resume and run-now).")
+
+    def handle_schedules(self, options: dict[str, Any]) -> None:
+        action, name, using = options["action"], options["name"], options["database"]
+        if action not in SCHEDULE_ACTIONS:
+            raise CommandError(f"unknown action {action!r}; use one of "
+                               f"{', '.join(SCHEDULE_ACTIONS)}", returncode=USAGE_ERROR)
+        if action == "list":
+            if name is not None:
+                raise CommandError("list takes no NAME", returncode=USAGE_ERROR)
+            self._list_schedules(using)
+            return
+        if not name:
+            raise CommandError(f"{action} needs the schedule's NAME", returncode=USAGE_ERROR)
+        if action == "run-now":
+            self.stdout.write(f"schedule {name!r}: published {ops.run_now(name, using=using)}")
+        elif action == "pause":
+            changed = ops.pause_schedule(name, using=using)
+            self.stdout.write(f"schedule {name!r}: " + ("paused" if changed else
+                                                         "was paused already"))
+        else:
+            changed = ops.resume_schedule(name, using=using)
+            self.stdout.write(f"schedule {name!r}: " + ("resumed" if changed else
+                                                         "was not paused"))
+
+    def _list_schedules(self, using: str) -> None:
+        rows = ops.list_schedules(using=using)
+        if not rows:
+            self.stdout.write("no schedule is defined")
+            return
+        header = ("NAME", "CRON", "TIMEZONE", "TARGET", "NEXT RUN", "LAST RUN", "LAST MESSAGE",
+                  "PAUSED", "FROM")
+        table = [header] + [(
+            r.name, r.cron, r.timezone, r.target, _when(r.next_run_at), _when(r.last_run_at),
+            r.last_message or "-", "yes" if r.paused else "no", r.origin,
+        ) for r in rows]
+        widths = [max(len(row[i]) for row in table) for i in range(len(header))]
+        for row in table:
+            self.stdout.write("  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True))
+                              .rstrip())
+
+
+def _when(moment: datetime | None) -> str:
+    return "-" if moment is None else moment.strftime("%Y-%m-%d %H:%M:%SZ")
 
 
 def _dead_letter_arguments(parser: ArgumentParser) -> None:

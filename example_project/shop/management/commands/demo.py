@@ -18,7 +18,7 @@ import tempfile
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import UTC, datetime
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
@@ -32,12 +32,13 @@ from django.utils import timezone
 import django_sqlqueue as sqlqueue
 
 # The demo reads the log table to show offsets and positions; applications never need to.
-from django_sqlqueue.models import PartitionLease, QueueMessage, SubscriberHeartbeat
+from django_sqlqueue.models import PartitionLease, QueueMessage, Schedule, SubscriberHeartbeat
 from django_sqlqueue.sequencing import sequence_all
 from shop.models import HandlerRun, Order
 from shop.operator import ADMIN_URL, ensure_superuser
 from shop.services import TOPIC, place_order, place_orders_in_bulk
 
+SCHEDULE = "sales-report"  # SQLQUEUE["SCHEDULES"] in settings.py
 REMINDER_TOPIC = "reminders"
 REMINDER_DELAY = 30  # seconds
 MANAGE_PY = Path(__file__).resolve().parents[3] / "manage.py"
@@ -255,8 +256,38 @@ def run_a_task(run: Run) -> None:
     run.say(f"{result.status} on {', '.join(result.worker_ids)}: {result.return_value!r}")
 
 
+def fire_a_schedule(run: Run) -> None:
+    run.heading("11. A schedule from settings fires once per tick, though both workers run it")
+    from shop.tasks import sales_report
+
+    if sales_report is None:
+        run.say("skipped: this Django has no Tasks framework (Django 5.2 needs django-tasks)")
+        return
+    schedule = Schedule.objects.get(name=SCHEDULE)
+    run.say(f"{SCHEDULE!r}: cron {schedule.cron!r}, {schedule.target}; every worker's scheduler "
+            "looks at it, the first to lock it fires it")
+    since = schedule.last_run_at or 0
+    deadline = time.monotonic() + CONSUME_TIMEOUT
+    while (schedule.last_run_at or 0) <= since:
+        if time.monotonic() > deadline:
+            raise CommandError(f"the schedule did not fire within {CONSUME_TIMEOUT:.0f} s; see "
+                               f"the logs in {run.worker_logs}")
+        _check_workers_alive(run)
+        time.sleep(0.1)
+        schedule.refresh_from_db()
+    result = sales_report.get_result(schedule.last_message)
+    while not result.is_finished and time.monotonic() < deadline:
+        time.sleep(0.1)
+        result.refresh()
+    messages = QueueMessage.objects.filter(message_id=schedule.last_message).count()
+    run.say(f"tick {_clock(datetime.fromtimestamp(schedule.last_run_at / 1000, UTC))}: "
+            f"{messages} message, id {schedule.last_message}")
+    run.say(f"the task ran {len(result.worker_ids)} time(s), on {', '.join(result.worker_ids)}: "
+            f"{result.return_value!r}")
+
+
 def stop_the_workers(run: Run) -> None:
-    run.heading("11. SIGTERM: the workers finish in-flight messages, release leases and exit")
+    run.heading("12. SIGTERM: the workers finish in-flight messages, release leases and exit")
     for process in run.workers.values():
         process.send_signal(signal.SIGTERM)
     codes = {name: process.wait(timeout=60) for name, process in run.workers.items()}
@@ -280,6 +311,7 @@ STEPS: Sequence[Callable[[Run], None]] = (
     start_two_workers,
     show_the_dead_letter,
     run_a_task,
+    fire_a_schedule,
     stop_the_workers,
 )
 

@@ -1,0 +1,1 @@
+"""Recurring schedules: cron ticks, definitions, and firing them (docs/scheduling.md)."""
