@@ -16,6 +16,7 @@ from ..consuming.message import Message
 from ..models import DeliveryState, QueueMessage
 from ..models.delivery import Hold, ReadRow
 from .handout import HandOut
+from .limits import LimitGate
 from .partitions import Ident, Partition, by_subscription
 from .priority import deliver_by_priority
 from .results import CycleResult
@@ -28,7 +29,8 @@ READ_BUDGET = 1000
 
 
 def deliver(partitions: list[Partition], capacity: int, idle_threads: int, now_ms: int,
-            result: CycleResult, clock: Callable[[], int], using: str, dlq_suffix: str) -> None:
+            result: CycleResult, clock: Callable[[], int], using: str, dlq_suffix: str,
+            gate: LimitGate | None = None) -> None:
     """Hand out what is due, then read new messages, sharing the worker's free capacity
     fairly: every partition that wants work gets at least one slot."""
     free = capacity - sum(p.in_flight_count() for p in partitions)
@@ -42,7 +44,7 @@ def deliver(partitions: list[Partition], capacity: int, idle_threads: int, now_m
     shares = _Shares({p.ident: max(1, free // len(wanting)) for p in wanting}, idle_threads)
     share = shares.left
     unpark_due(wanting, share, now_ms, using)
-    handout = HandOut(result, clock, using, dlq_suffix)
+    handout = HandOut(result, clock, using, dlq_suffix, gate)
     prioritised = [p for p in wanting if p.subscription.priority_of is not None]
     for members in by_subscription(prioritised).values():
         # The subscription's partitions pool their shares: the best message of any of
