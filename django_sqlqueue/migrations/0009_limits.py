@@ -18,6 +18,7 @@ class Migration(migrations.Migration):
                 ('scope', models.CharField(max_length=360)),
                 ('limit_key', models.CharField(blank=True, default='', max_length=40)),
                 ('key_label', models.CharField(blank=True, default='', max_length=255)),
+                ('rate', models.CharField(blank=True, default='', max_length=32)),
                 ('tokens', models.FloatField()),
                 ('refilled_at', models.BigIntegerField()),
                 ('full_at', models.BigIntegerField()),

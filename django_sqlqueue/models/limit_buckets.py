@@ -2,16 +2,18 @@
 key running lately, for per-key rates).
 
 A bucket holds up to one period's worth of tokens and refills continuously; starting a
-message takes one. The row stores the tokens left at ``refilled_at`` (epoch ms, database
-clock) and when it will be full again: a missing row is a full bucket, so per-key rows
-whose bucket refilled are deleted. A worker locks the row with ``FOR UPDATE SKIP
-LOCKED`` in its poll transaction and writes what it took: while another worker's cycle
-holds it, this one hands nothing of the scope out and tries again shortly, never waiting.
+message takes one. The row stores the rate as declared, the tokens left at
+``refilled_at`` (epoch ms, database clock) and when it will be full again: a missing row
+is a full bucket, so per-key rows whose bucket refilled are deleted. A worker locks the
+row with ``FOR UPDATE SKIP LOCKED`` in its poll transaction and writes what it took:
+while another worker's cycle holds it, this one hands nothing of the scope out and tries
+again shortly, never waiting.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from django.db import connections, models
 
@@ -28,10 +30,13 @@ class Bucket:
     tokens: float  # available now, refill included
 
 
+RATE_LENGTH = 32
+
+
 class LimitBucketManager(models.Manager["LimitBucket"]):
     """SQL for ``queue_limit_buckets``."""
 
-    def lock(self, scope: str, key: str, capacity: float, per_ms: float, now_ms: int,
+    def lock(self, scope: str, key: str, rate: str, capacity: float, per_ms: float, now_ms: int,
              using: str) -> Bucket | None:
         """The bucket of (scope, key), created full if missing, locked for this transaction;
         None while another transaction holds it."""
@@ -41,12 +46,13 @@ class LimitBucketManager(models.Manager["LimitBucket"]):
             connection = connections[using]
             q = sqlb.quoter(connection)
             prefix, suffix = sqlb.insert_ignore(connection, ("scope", "limit_key"))
-            columns = ", ".join(q(c) for c in ("scope", "limit_key", "key_label", "tokens",
-                                                "refilled_at", "full_at"))
+            columns = ", ".join(q(c) for c in ("scope", "limit_key", "key_label", "rate",
+                                                "tokens", "refilled_at", "full_at"))
             sqlb.execute(connection,
                          f"{prefix} {q('queue_limit_buckets')} ({columns}) "  # noqa: S608 - names quoted, values bound
-                         f"VALUES (%s, %s, %s, %s, %s, %s){suffix}",
-                         [scope, digest, key[:KEY_LENGTH], capacity, now_ms, now_ms])
+                         f"VALUES (%s, %s, %s, %s, %s, %s, %s){suffix}",
+                         [scope, digest, key[:KEY_LENGTH], rate[:RATE_LENGTH], capacity, now_ms,
+                          now_ms])
         found = list(rows.select_for_update(skip_locked=True)
                      .values_list("id", "tokens", "refilled_at")[:1])
         if not found:
@@ -66,19 +72,22 @@ class LimitBucketManager(models.Manager["LimitBucket"]):
         """Delete per-key buckets that are full again (a missing row is a full bucket)."""
         return self.using(using).exclude(limit_key="").filter(full_at__lt=now_ms).delete()[0]
 
-    def usage(self, now_ms: int, using: str) -> list[dict[str, object]]:
+    def usage(self, now_ms: int, using: str) -> list[dict[str, Any]]:
         """Per scope: its own bucket's tokens at its last write and how long ago that was,
         and how many keys have a bucket of their own (keys started lately)."""
-        own = {scope: (float(tokens), int(refilled_at)) for scope, tokens, refilled_at in
-               self.using(using).filter(limit_key="").values_list("scope", "tokens", "refilled_at")}
-        keyed = dict(self.using(using).exclude(limit_key="").values("scope")
-                     .annotate(n=models.Count("id")).values_list("scope", "n"))
-        result: list[dict[str, object]] = []
+        own = {scope: (rate, float(tokens), int(refilled_at))
+               for scope, rate, tokens, refilled_at in self.using(using).filter(limit_key="")
+               .values_list("scope", "rate", "tokens", "refilled_at")}
+        keyed = {scope: (rate, int(n)) for scope, rate, n in
+                 self.using(using).exclude(limit_key="").values("scope")
+                 .annotate(r=models.Max("rate"), n=models.Count("id")).values_list("scope", "r", "n")}
+        result: list[dict[str, Any]] = []
         for scope in sorted(set(own) | set(keyed)):
-            tokens, refilled_at = own.get(scope, (None, None))
-            result.append({"scope": scope, "tokens": tokens,
+            rate, tokens, refilled_at = own.get(scope, (None, None, None))
+            key_rate, keys = keyed.get(scope, (None, 0))
+            result.append({"scope": scope, "rate": rate or None, "tokens": tokens,
                            "written_ms_ago": None if refilled_at is None else now_ms - refilled_at,
-                           "keys": int(keyed.get(scope, 0))})
+                           "rate_per_key": key_rate or None, "keys": keys})
         return result
 
 
@@ -89,6 +98,7 @@ class LimitBucket(models.Model):
     scope = models.CharField(max_length=SCOPE_LENGTH)
     limit_key = models.CharField(max_length=DIGEST_LENGTH, default="", blank=True)
     key_label = models.CharField(max_length=KEY_LENGTH, default="", blank=True)
+    rate = models.CharField(max_length=RATE_LENGTH, default="", blank=True)  # as declared
     tokens = models.FloatField()
     refilled_at = models.BigIntegerField()
     full_at = models.BigIntegerField()

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Sequence
+from typing import Any
 
 from django.db import connections, models
 
@@ -94,16 +95,18 @@ class LimitSlotManager(models.Manager["LimitSlot"]):
                         | models.Q(expires_at__gt=0, expires_at__lt=idle_before_ms))
                 .delete()[0])
 
-    def usage(self, now_ms: int, using: str) -> list[dict[str, object]]:
-        """Per scope: slots of its own limit, how many run, and the keys running (with
-        how many slots those hold), from at most a few rows per running key."""
+    def usage(self, now_ms: int, using: str) -> list[dict[str, Any]]:
+        """Per scope: the slots of its own limit (its max_running) and how many run, the
+        keys running with the slots they hold, and the highest per-key slot number + 1
+        (its max_running_per_key), from a few rows per key running lately."""
         live = models.Q(expires_at__gte=now_ms) & ~models.Q(holder="")
+        own, keyed = models.Q(limit_key=""), ~models.Q(limit_key="")
         rows = (self.using(using).values("scope")
-                .annotate(slots=models.Count("id", filter=models.Q(limit_key="")),
-                          running=models.Count("id", filter=live & models.Q(limit_key="")),
-                          keys_running=models.Count("limit_key", distinct=True,
-                                                    filter=live & ~models.Q(limit_key="")),
-                          key_slots_running=models.Count("id", filter=live & ~models.Q(limit_key="")))
+                .annotate(slots=models.Count("id", filter=own),
+                          running=models.Count("id", filter=live & own),
+                          keys_running=models.Count("limit_key", distinct=True, filter=live & keyed),
+                          key_slots_running=models.Count("id", filter=live & keyed),
+                          per_key=models.Max("slot", filter=keyed))
                 .order_by("scope"))
         return [dict(row) for row in rows]
 

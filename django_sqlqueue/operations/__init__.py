@@ -25,6 +25,7 @@ from .errors import (
     UnknownSubscriber,
     UnknownSubscription,
 )
+from .limits import LimitStats, limits_overview
 from .stats import Health, SubscriptionStats, health, overview
 
 __all__ = [
@@ -34,6 +35,7 @@ __all__ = [
     "DeadLetterSample",
     "Health",
     "InvalidFilter",
+    "LimitStats",
     "OperationError",
     "Outcome",
     "Released",
@@ -47,6 +49,7 @@ __all__ = [
     "discard",
     "forget",
     "health",
+    "limits_overview",
     "overview",
     "pause",
     "release_leases",

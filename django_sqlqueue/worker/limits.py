@@ -212,8 +212,8 @@ class LimitGate:
             state.free = LimitSlot.objects.lock_free(name, key, need.max_running, need.count,
                                                      now_ms, self.using)
         if need.rate is not None:
-            state.bucket = LimitBucket.objects.lock(name, key, need.rate.count, need.rate.per_ms,
-                                                    now_ms, self.using)
+            state.bucket = LimitBucket.objects.lock(name, key, str(need.rate), need.rate.count,
+                                                    need.rate.per_ms, now_ms, self.using)
             state.bucket_busy = state.bucket is None
         return state
 
