@@ -107,8 +107,12 @@ class HandOut:
         if not held:
             return
         out = {(c.partition.ident, c.entry.offset) for c in held}
-        for key, items in self.handed_out.items():
-            self.handed_out[key] = [(p, e) for p, e in items if (p.ident, e.offset) not in out]
+        for key, items in list(self.handed_out.items()):
+            kept = [(p, e) for p, e in items if (p.ident, e.offset) not in out]
+            if kept:
+                self.handed_out[key] = kept
+            else:
+                del self.handed_out[key]  # write() reads each list's first item
         for report in self.result.reports.values():
             report.deliveries = [d for d in report.deliveries
                                  if (d.partition.ident, d.message.offset) not in out]
