@@ -43,6 +43,14 @@ def deliver(partitions: list[Partition], capacity: int, idle_threads: int, now_m
         return  # a handler finishing wakes the worker, and frees capacity
     shares = _Shares({p.ident: max(1, free // len(wanting)) for p in wanting}, idle_threads)
     share = shares.left
+    # A partition of a limited subscription hands out no more than its limits may let go
+    # this cycle: more would only be read, held back and written as holds (see .limits).
+    capped = set()
+    for partition in wanting:
+        cap = None if gate is None else gate.hand_out_cap(partition.subscription, now_ms)
+        if cap is not None:
+            share[partition.ident] = min(share[partition.ident], cap)
+            capped.add(partition.ident)
     unpark_due(wanting, share, now_ms, using)
     handout = HandOut(result, clock, using, dlq_suffix, gate)
     prioritised = [p for p in wanting if p.subscription.priority_of is not None]
@@ -86,7 +94,8 @@ def deliver(partitions: list[Partition], capacity: int, idle_threads: int, now_m
     # their share: with none left, the next handler to finish wakes the worker.
     if free - len(result.deliveries) > 0:
         for partition in [*prioritised, *wanting]:
-            if share[partition.ident] <= 0 and partition.wants_look(now_ms):
+            if (share[partition.ident] <= 0 and partition.ident not in capped
+                    and partition.wants_look(now_ms)):
                 result.report(partition).more = True
 
 

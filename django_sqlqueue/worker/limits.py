@@ -26,8 +26,9 @@ from dataclasses import dataclass, field
 
 from django.db import transaction
 
-from ..consuming.limits import Claim, Rate
+from ..consuming.limits import Claim, Rate, SubscriptionLimits
 from ..consuming.message import Message
+from ..consuming.registry import Subscription
 from ..models import LimitBucket, LimitSlot
 from ..models.limit_buckets import Bucket
 from .outcomes import Outcome
@@ -126,6 +127,8 @@ class LimitGate:
         self._held: dict[Scope, dict[tuple[Ident, int], tuple[Partition, Entry]]] = (
             defaultdict(dict))
         self._ensured: set[tuple[str, int]] = set()  # (scope, count) rows known to exist
+        # Each rated scope's tokens when this worker last saw its bucket, and when (ms).
+        self._tokens_seen: dict[Scope, tuple[float, int]] = {}
         self._next_sweep = 0
 
     @property
@@ -133,6 +136,26 @@ class LimitGate:
         return len(self.slots)
 
     # ------------------------------------------------------------------ in the poll cycle
+
+    def hand_out_cap(self, subscription: Subscription, now_ms: int) -> int | None:
+        """Messages of one partition of ``subscription`` worth handing out this cycle (None:
+        no cap): its max_running, and about the tokens its bucket holds by now. More would
+        only be read, held back and written as holds."""
+        limits = subscription.limits
+        if not isinstance(limits, SubscriptionLimits):
+            return None
+        caps = []
+        if limits.max_running is not None:
+            caps.append(limits.max_running)
+        if limits.rate is not None:
+            seen = self._tokens_seen.get((limits.scope, ""))
+            if seen is None:
+                caps.append(limits.rate.count)
+            else:
+                tokens, at = seen
+                refilled = tokens + max(0, now_ms - at) * limits.rate.per_ms
+                caps.append(max(1, math.floor(min(limits.rate.count, refilled))))
+        return min(caps) if caps else None
 
     def release(self, outcomes: Iterable[Outcome], now_ms: int) -> None:
         """Give back the slots of deliveries whose outcome this cycle records, and make the
@@ -193,6 +216,8 @@ class LimitGate:
                                        now_ms + self.lease_ms, self.using)
         for scope, state in states.items():
             need = needs[scope]
+            if state.bucket is not None:
+                self._tokens_seen[scope] = (state.bucket.tokens, now_ms)
             if state.taken_tokens and state.bucket is not None and need.rate is not None:
                 LimitBucket.objects.save_tokens(state.bucket, need.rate.count, need.rate.per_ms,
                                                 now_ms, self.using)
