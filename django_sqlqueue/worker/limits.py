@@ -236,6 +236,10 @@ class LimitGate:
                     self._ensured.add((name, need.max_running))
             state.free = LimitSlot.objects.lock_free(name, key, need.max_running, need.count,
                                                      now_ms, self.using)
+            if not state.free:
+                # All taken, or the rows are gone (a table emptied by hand): make sure
+                # they exist next time.
+                self._ensured.discard((name, need.max_running))
         if need.rate is not None:
             state.bucket = LimitBucket.objects.lock(name, key, str(need.rate), need.rate.count,
                                                     need.rate.per_ms, now_ms, self.using)
