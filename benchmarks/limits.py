@@ -7,7 +7,8 @@
 * ``limits_rate``: a ``rate="200/s"`` subscription with more work than 30 s can take, on 4
   workers. Reported: starts per second over the 30 s from the first start (target
   190-210/s, the first second's burst included), and the most starts in any 1 s window
-  (at most the burst plus one second's rate, 400).
+  (tokens taken: at most the burst plus one second's rate, 400; starts lag their tokens
+  by a thread hand-over, so 5 % more is allowed).
 * ``limits_unlimited``: 4,000 messages (5 ms handler) of a subscription without limits,
   drained by the same 4 workers alone, then while the limited and rated subscriptions
   are busy, alternating, three times each. Reported: the medians and the spread of the
@@ -34,6 +35,9 @@ RATE_SECONDS = 30.0
 UNLIMITED = 4000
 ROUNDS = 3
 BATCH = 2000
+# A run starts a moment after its token is taken (a thread picks it up): the busiest
+# window of starts may exceed the bucket's bound (burst + one period) by this factor.
+START_JITTER = 1.05
 TIMEOUT = 300.0  # seconds
 
 
@@ -85,7 +89,7 @@ def _rate(ctx: Context) -> Result:
     steady = [s for s in window if s >= starts[0] + 1.0]
     busiest = _busiest(window, 1.0)
     return Result("limits_rate", round(per_second, 1), "msg/s", target="190-210",
-                  met=190 <= per_second <= 210 and busiest <= 2 * RATE,
+                  met=190 <= per_second <= 210 and busiest <= 2 * RATE * START_JITTER,
                   details={"busiest_1s_window": busiest,
                            "after_first_second_per_s": round(len(steady) / (RATE_SECONDS - 1), 1),
                            "rate": "200/s", "workers": WORKERS})

@@ -43,14 +43,16 @@ def deliver(partitions: list[Partition], capacity: int, idle_threads: int, now_m
         return  # a handler finishing wakes the worker, and frees capacity
     shares = _Shares({p.ident: max(1, free // len(wanting)) for p in wanting}, idle_threads)
     share = shares.left
-    # A partition of a limited subscription hands out no more than its limits may let go
-    # this cycle: more would only be read, held back and written as holds (see .limits).
+    # A limited subscription's partitions hand out together no more than its limits may
+    # let go this cycle: more would only be read, held back and written as holds.
     capped = set()
-    for partition in wanting:
-        cap = None if gate is None else gate.hand_out_cap(partition.subscription, now_ms)
+    for members in by_subscription(wanting).values():
+        cap = None if gate is None else gate.hand_out_cap(members[0].subscription, now_ms)
         if cap is not None:
-            share[partition.ident] = min(share[partition.ident], cap)
-            capped.add(partition.ident)
+            each = max(1, -(-cap // len(members)))  # the cap shared by its partitions here
+            for partition in members:
+                share[partition.ident] = min(share[partition.ident], each)
+                capped.add(partition.ident)
     unpark_due(wanting, share, now_ms, using)
     handout = HandOut(result, clock, using, dlq_suffix, gate)
     prioritised = [p for p in wanting if p.subscription.priority_of is not None]

@@ -138,9 +138,9 @@ class LimitGate:
     # ------------------------------------------------------------------ in the poll cycle
 
     def hand_out_cap(self, subscription: Subscription, now_ms: int) -> int | None:
-        """Messages of one partition of ``subscription`` worth handing out this cycle (None:
-        no cap): its max_running, and about the tokens its bucket holds by now. More would
-        only be read, held back and written as holds."""
+        """Messages of ``subscription`` worth handing out this cycle (None: no cap): its
+        max_running, and about the tokens its bucket holds by now. More would only be
+        read, held back and written as holds."""
         limits = subscription.limits
         if not isinstance(limits, SubscriptionLimits):
             return None
