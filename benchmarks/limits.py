@@ -10,9 +10,11 @@
   (tokens taken: at most the burst plus one second's rate, 400; starts lag their tokens
   by a thread hand-over, so 5 % more is allowed).
 * ``limits_unlimited``: 4,000 messages (5 ms handler) of a subscription without limits,
-  drained by the same 4 workers alone, then while the limited and rated subscriptions
-  are busy, alternating, three times each. Reported: the medians and the spread of the
-  runs (target: the busy median within the runs' spread of the alone median).
+  drained by the same 4 workers (which also run the limited and rated subscriptions):
+  alone, beside a backlog held back by ``max_running=3``, and beside one held back by
+  ``rate="200/s"``, alternating, three times each. Reported: the slower of the two
+  "beside" medians against the "alone" median, and the runs' spread (target: within it).
+  The rated subscription's 200 runs a second are work of its own on the same 2 CPUs.
 """
 
 from __future__ import annotations
@@ -96,18 +98,18 @@ def _rate(ctx: Context) -> Result:
 
 
 def _unlimited(ctx: Context) -> Result:
-    alone: list[float] = []
-    busy: list[float] = []
+    rates: dict[str, list[float]] = {"alone": [], "max_running": [], "rate": []}
     for round_ in range(ROUNDS):
-        for beside in (False, True):
-            folder = _fresh(ctx, f"limits-unlimited-{round_}-{'busy' if beside else 'alone'}")
-            topics = ["unlimited", "limited", "rated"]
-            _start(ctx, folder, f"unlimited-{round_}-{beside}", topics)
+        for beside in rates:
+            folder = _fresh(ctx, f"limits-unlimited-{round_}-{beside}")
+            _start(ctx, folder, f"unlimited-{round_}-{beside}", ["unlimited", "limited", "rated"])
             try:
-                if beside:
-                    _publish("limited", LIMITED * 4)
-                    _publish("rated", int(RATE * 60))
-                    time.sleep(2.0)  # both limits busy before the unlimited work arrives
+                if beside == "max_running":
+                    _publish("limited", LIMITED * 4)  # 40 s of work held back at 3 running
+                elif beside == "rate":
+                    _publish("rated", int(RATE * 60))  # 60 s of work held back at 200/s
+                if beside != "alone":
+                    time.sleep(2.0)  # the limit busy before the unlimited work arrives
                 _publish("unlimited", UNLIMITED)
                 runs = _wait_for(folder / "unlimited.log", UNLIMITED)
             finally:
@@ -115,14 +117,15 @@ def _unlimited(ctx: Context) -> Result:
             if runs is None:
                 return Result("limits_unlimited", None, "msg/s", target="within spread")
             span = max(end for _, end in runs) - min(start for start, _ in runs)
-            (busy if beside else alone).append(len(runs) / span)
-    alone_median, busy_median = statistics.median(alone), statistics.median(busy)
-    spread = max(max(alone) - min(alone), max(busy) - min(busy))
-    return Result("limits_unlimited", round(busy_median, 1), "msg/s",
-                  baseline=round(alone_median, 1), target="within spread",
-                  met=alone_median - busy_median <= spread,
-                  details={"alone_per_s": [round(v, 1) for v in alone],
-                           "beside_limits_per_s": [round(v, 1) for v in busy],
+            rates[beside].append(len(runs) / span)
+    medians = {name: statistics.median(values) for name, values in rates.items()}
+    spread = max(max(values) - min(values) for values in rates.values())
+    worst = min(medians["max_running"], medians["rate"])
+    return Result("limits_unlimited", round(worst, 1), "msg/s",
+                  baseline=round(medians["alone"], 1), target="within spread",
+                  met=medians["alone"] - worst <= spread,
+                  details={**{f"{name}_per_s": [round(v, 1) for v in values]
+                              for name, values in rates.items()},
                            "spread_per_s": round(spread, 1), "workers": WORKERS})
 
 

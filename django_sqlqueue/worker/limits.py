@@ -129,6 +129,9 @@ class LimitGate:
         self._ensured: set[tuple[str, int]] = set()  # (scope, count) rows known to exist
         # Each rated scope's tokens when this worker last saw its bucket, and when (ms).
         self._tokens_seen: dict[Scope, tuple[float, int]] = {}
+        # Scopes whose slots were all taken at this worker's last try, and when (ms): until
+        # HELD_RETRY_MS later, or a slot of it frees here, nothing of it is handed out.
+        self._full_at: dict[str, int] = {}
         self._next_sweep = 0
 
     @property
@@ -146,7 +149,9 @@ class LimitGate:
             return None
         caps = []
         if limits.max_running is not None:
-            caps.append(limits.max_running)
+            full_at = self._full_at.get(limits.scope)
+            recently_full = full_at is not None and now_ms - full_at < HELD_RETRY_MS
+            caps.append(0 if recently_full else limits.max_running)
         if limits.rate is not None:
             seen = self._tokens_seen.get((limits.scope, ""))
             if seen is None:
@@ -167,6 +172,7 @@ class LimitGate:
         LimitSlot.objects.give_back([s.row_id for s in slots], self.token, now_ms, self.using)
         transaction.on_commit(lambda: self._forget(refs), using=self.using)
         for scope in {s.scope for s in slots}:
+            self._full_at.pop(scope[0], None)
             for partition, entry in self._held.pop(scope, {}).values():
                 if partition.entries.get(entry.offset) is entry and entry.state == "waiting":
                     partition.hold_until(entry, now_ms)
@@ -240,6 +246,11 @@ class LimitGate:
                 # All taken, or the rows are gone (a table emptied by hand): make sure
                 # they exist next time.
                 self._ensured.discard((name, need.max_running))
+            if not key:
+                if len(state.free) < need.count:
+                    self._full_at[name] = now_ms
+                else:
+                    self._full_at.pop(name, None)
         if need.rate is not None:
             state.bucket = LimitBucket.objects.lock(name, key, str(need.rate), need.rate.count,
                                                     need.rate.per_ms, now_ms, self.using)
