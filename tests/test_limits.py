@@ -180,3 +180,19 @@ def test_starts_stay_within_the_rate_across_workers(workers, tmp_path):
     assert spread >= 79 / 20 * 0.9
     assert spread < 79 / 20 * 2
 
+
+
+def test_a_rate_per_key_paces_each_key_on_its_own(workers, tmp_path):
+    log = tmp_path / "runs.log"
+    publish("paced-keys", log, 60, keys=["a", "b"])  # rate_per_key="10/s": 30 a key
+    started = start_workers(workers, 2, "paced-keys")
+
+    found = wait_until(lambda: len(runs(log)) >= 60 and runs(log), timeout=60,
+                       what="every message handled", watch=started)
+    for key in ("a", "b"):
+        starts = [r.start for r in found if r.key == key]
+        most = max(sum(1 for s in starts[i:] if s < start + 1.0)
+                   for i, start in enumerate(starts))
+        assert most <= 20 + 2  # the burst plus one second's rate, per key
+        assert starts[-1] - starts[10] >= 19 / 10 * 0.9  # after the burst: 10 a second
+    assert_no_failed_cycles(started)

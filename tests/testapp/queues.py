@@ -356,3 +356,8 @@ def paced(message: sqlqueue.Message) -> None:
 @sqlqueue.subscriber("unlimited", group="limits", backoff=FAST_RETRY)
 def unlimited(message: sqlqueue.Message) -> None:
     _log_run(message)
+
+
+@sqlqueue.subscriber("paced-keys", group="limits", rate_per_key="10/s", backoff=FAST_RETRY)
+def paced_per_key(message: sqlqueue.Message) -> None:
+    _log_run(message)
