@@ -31,7 +31,7 @@ if str(REPO_ROOT) not in sys.path:
     sys.path.insert(0, str(REPO_ROOT))
 
 NAMES = ["publish_single", "publish_many", "end_to_end", "latency", "idle_queries",
-         "many_keys", "scale", "fleet", "admin_pages", "tasks", "waiting", "schedules"]
+         "many_keys", "scale", "fleet", "admin_pages", "tasks", "waiting", "schedules", "limits"]
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -110,10 +110,11 @@ def main(argv: list[str] | None = None) -> int:
     django.setup()
     from django.core.management import call_command
 
-    from benchmarks import admin_pages, scaling, schedules, suite, tasks, waiting
+    from benchmarks import admin_pages, limits, scaling, schedules, suite, tasks, waiting
 
     benchmarks = {**suite.BENCHMARKS, **scaling.BENCHMARKS, **admin_pages.BENCHMARKS,
-                  **tasks.BENCHMARKS, **waiting.BENCHMARKS, **schedules.BENCHMARKS}
+                  **tasks.BENCHMARKS, **waiting.BENCHMARKS, **schedules.BENCHMARKS,
+                  **limits.BENCHMARKS}
 
     call_command("migrate", verbosity=0, interactive=False)
     meta = describe(db, args)

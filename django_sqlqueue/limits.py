@@ -10,6 +10,8 @@ KEY_LENGTH = 255
 ID_LENGTH = 128
 GROUP_LENGTH = 100
 SUBSCRIBER_NAME_LENGTH = 255
+# A fleet-wide limit's scope name: a subscription's is "group:topic" (100 + 1 + 255).
+SCOPE_LENGTH = 360
 ERROR_LENGTH = 10_000  # characters of a handler's error kept (MySQL TEXT holds 64 KiB)
 DEFAULT_MAX_PAYLOAD_BYTES = 1024 * 1024  # SQLQUEUE["MAX_PAYLOAD_BYTES"]'s default
 

@@ -71,3 +71,31 @@ def record_key_or_fail(message: sqlqueue.Message) -> None:
     if isinstance(message.payload, dict) and message.payload.get("fail"):
         raise RuntimeError("this key fails on every attempt")
     append_line(os.environ.get("SQLQUEUE_BENCH_WAITING_LOG"), message.key)
+
+
+# ``limited`` (max_running=3, 50 ms), ``rated`` (rate="200/s") and ``unlimited`` (5 ms, no
+# limit) for the limits benchmark: each run appends "start end" to the file of its own
+# topic in SQLQUEUE_BENCH_LIMITS_DIR.
+
+
+def _log_limited_run(topic: str, sleep: float) -> None:
+    began = time.time()
+    if sleep:
+        time.sleep(sleep)
+    folder = os.environ.get("SQLQUEUE_BENCH_LIMITS_DIR")
+    append_line(folder and os.path.join(folder, f"{topic}.log"), f"{began:.6f} {time.time():.6f}")
+
+
+@sqlqueue.subscriber("limited", group="bench", max_running=3)
+def limited(message: sqlqueue.Message) -> None:
+    _log_limited_run("limited", 0.05)
+
+
+@sqlqueue.subscriber("rated", group="bench", rate="200/s")
+def rated(message: sqlqueue.Message) -> None:
+    _log_limited_run("rated", 0)
+
+
+@sqlqueue.subscriber("unlimited", group="bench")
+def unlimited(message: sqlqueue.Message) -> None:
+    _log_limited_run("unlimited", 0.005)

@@ -61,8 +61,23 @@ class OverviewAdmin(PageAdmin):
             "failed_last_hour": sum(row.failed_per_minute),
             "trouble": bool(row.dead_letters or (row.lag and (row.workers == 0 or row.paused))),
         } for row in stats]
+        limits = [{
+            "scope": row.scope,
+            "running": row.running,
+            "max_running": row.max_running,
+            "full": row.max_running is not None and row.running >= row.max_running,
+            "rate": row.rate,
+            "tokens": row.tokens,
+            "per_key": ", ".join(filter(None, [
+                f"{row.max_running_per_key} running" if row.max_running_per_key else "",
+                row.rate_per_key or ""])),
+            "keys_running": row.keys_running,
+            "key_slots_running": row.key_slots_running,
+            "keyed_buckets": row.keyed_buckets,
+        } for row in operations.limits_overview(using)]
         return {
             "rows": rows,
+            "limits": limits,
             # Lag counts sequenced messages only; with no worker running nothing is
             # sequenced, so messages published meanwhile would not show anywhere else.
             "unsequenced": QueueMessage.objects.unsequenced_count(UNSEQUENCED_CAP + 1, using),

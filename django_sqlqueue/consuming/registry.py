@@ -20,6 +20,7 @@ from ..exceptions import ConfigurationError
 from ..models.fields import GROUP_LENGTH
 from ..publishing import validate_topic
 from .backoff import Backoff, ExponentialBackoff
+from .limits import MessageLimits, subscription_limits
 
 if TYPE_CHECKING:
     from .message import Message
@@ -67,6 +68,9 @@ class Subscription:
     # Called by the worker inside its poll transaction, so what they write commits with
     # the deliveries and outcomes (the Tasks backend keeps its results this way).
     hooks: SubscriptionHooks | None = None
+    # Fleet-wide limits (max_running, rate, per key): the claims each message needs before
+    # it starts (see django_sqlqueue.worker.limits). None: no limits.
+    limits: MessageLimits | None = None
 
     @property
     def strict(self) -> bool:
@@ -95,12 +99,18 @@ def subscriber(
     batch_size: int | None = None,
     backoff: Backoff | None = None,
     auto_extend: bool = True,
+    max_running: int | None = None,
+    rate: str | None = None,
+    max_running_per_key: int | None = None,
+    rate_per_key: str | None = None,
 ) -> Callable[[H], H]:
     """Register the decorated function as ``group``'s handler for ``topic``.
 
     Returning acks the message; raising nacks it (``Retry`` sets the delay, ``DeadLetter``
     gives up at once). Unset options come from ``SQLQUEUE``. ``auto_extend`` keeps a
-    running handler's message invisible past ``visibility_timeout``.
+    running handler's message invisible past ``visibility_timeout``. ``max_running`` and
+    ``rate`` (``"100/s"``, ``"6000/m"``) limit the group's handlers of this topic across
+    every worker; ``max_running_per_key`` and ``rate_per_key`` do so per message key.
     """
     try:
         validate_topic(topic)
@@ -127,6 +137,12 @@ def subscriber(
         )
     if backoff is not None and not callable(getattr(backoff, "delay", None)):
         raise ConfigurationError("@subscriber: backoff must have a delay(attempt) method")
+    try:
+        limits = subscription_limits(group, topic, max_running=max_running, rate=rate,
+                                     max_running_per_key=max_running_per_key,
+                                     rate_per_key=rate_per_key)
+    except ValueError as exc:
+        raise ConfigurationError(f"@subscriber: {exc}") from exc
 
     def register(handler: H) -> H:
         if not callable(handler):
@@ -146,7 +162,7 @@ def subscriber(
             topic=topic, group=group, handler=_checking_result(handler, topic, group),
             max_attempts=max_attempts,
             visibility_timeout=float(visibility_timeout), batch_size=batch_size,
-            backoff=backoff or ExponentialBackoff(), auto_extend=auto_extend,
+            backoff=backoff or ExponentialBackoff(), auto_extend=auto_extend, limits=limits,
         )
         return handler
 

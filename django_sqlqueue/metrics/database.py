@@ -14,7 +14,7 @@ import time
 from typing import Any
 
 from ..conf import get_settings
-from ..operations import SubscriptionStats, overview
+from ..operations import LimitStats, SubscriptionStats, limits_overview, overview
 
 # (name, help, SubscriptionStats attribute)
 GAUGES = (
@@ -34,12 +34,24 @@ GAUGES = (
      "topic, else 0.", "paused"),
 )
 
+# (name, help, LimitStats attribute), labelled by limit scope.
+LIMIT_GAUGES = (
+    ("sqlqueue_limit_running", "Handlers of the limit's scope running now, across every "
+     "worker (the slots its max_running limit has taken).", "running"),
+    ("sqlqueue_limit_max_running", "The scope's max_running (0: no such limit).", "max_running"),
+    ("sqlqueue_limit_tokens", "Tokens left in the scope's rate bucket (one period's starts "
+     "when full).", "tokens"),
+    ("sqlqueue_limit_keys_running", "Keys of the scope holding per-key slots now.",
+     "keys_running"),
+)
+
 
 class DatabaseCollector:
     def __init__(self, using: str = "default") -> None:
         self.using = using
         self._lock = threading.Lock()  # one overview at a time, shared by concurrent scrapes
         self._rows: list[SubscriptionStats] = []
+        self._limits: list[LimitStats] = []
         self._read_at: float | None = None  # time.monotonic() of the cached rows
 
     def rows(self) -> list[SubscriptionStats]:
@@ -49,8 +61,15 @@ class DatabaseCollector:
             now = time.monotonic()
             if self._read_at is None or now - self._read_at >= max_age:
                 self._rows = overview(using=self.using, minutes=1)
+                self._limits = limits_overview(using=self.using)
                 self._read_at = time.monotonic()
             return self._rows
+
+    def limit_rows(self) -> list[LimitStats]:
+        """The limits, read with the overview's rows (and cached with them)."""
+        self.rows()
+        with self._lock:
+            return self._limits
 
     def clear(self) -> None:
         """Forget the cached rows: the next scrape reads the database."""
@@ -60,8 +79,10 @@ class DatabaseCollector:
     def _families(self) -> list[Any]:
         from prometheus_client.core import GaugeMetricFamily
 
-        return [GaugeMetricFamily(name, text, labels=["group", "topic"])
-                for name, text, _ in GAUGES]
+        return [*(GaugeMetricFamily(name, text, labels=["group", "topic"])
+                  for name, text, _ in GAUGES),
+                *(GaugeMetricFamily(name, text, labels=["scope"])
+                  for name, text, _ in LIMIT_GAUGES)]
 
     def describe(self) -> list[Any]:
         return self._families()
@@ -69,7 +90,13 @@ class DatabaseCollector:
     def collect(self) -> list[Any]:
         families = self._families()
         for row in self.rows():
-            for family, (_, _, attribute) in zip(families, GAUGES, strict=True):
+            for family, (_, _, attribute) in zip(families, GAUGES, strict=False):
                 value = getattr(row, attribute)
                 family.add_metric([row.group, row.topic], float(value or 0))
+        for limit in self.limit_rows():
+            for family, (_, _, attribute) in zip(families[len(GAUGES):], LIMIT_GAUGES,
+                                                 strict=True):
+                value = getattr(limit, attribute)
+                if value is not None:
+                    family.add_metric([limit.scope], float(value))
         return families

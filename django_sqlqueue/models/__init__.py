@@ -10,6 +10,8 @@ from .controls import GroupControl
 from .delivery import DeliveryState
 from .heartbeats import SubscriberHeartbeat
 from .leases import PartitionLease
+from .limit_buckets import LimitBucket
+from .limit_slots import LimitSlot
 from .messages import QueueMessage
 from .offsets import ConsumerOffset
 from .operated import DeadLetter, Overview, Partition, Subscriber
@@ -25,6 +27,8 @@ __all__ = [
     "DeadLetter",
     "DeliveryState",
     "GroupControl",
+    "LimitBucket",
+    "LimitSlot",
     "LogSequencer",
     "Overview",
     "Partition",

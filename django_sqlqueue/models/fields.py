@@ -6,6 +6,7 @@ from ..limits import (  # noqa: F401 - re-exported for the models
     ID_LENGTH,
     KEY_LENGTH,
     MAX_TOPIC_LENGTH,
+    SCOPE_LENGTH,
     SUBSCRIBER_NAME_LENGTH,
     TOPIC_LENGTH,
     storable_error,

@@ -25,6 +25,7 @@ from .errors import (
     UnknownSubscriber,
     UnknownSubscription,
 )
+from .limits import LimitStats, limits_overview
 from .schedules import (
     ScheduleRow,
     UnknownSchedule,
@@ -42,6 +43,7 @@ __all__ = [
     "DeadLetterSample",
     "Health",
     "InvalidFilter",
+    "LimitStats",
     "OperationError",
     "Outcome",
     "Released",
@@ -57,6 +59,7 @@ __all__ = [
     "discard",
     "forget",
     "health",
+    "limits_overview",
     "list_schedules",
     "overview",
     "pause",

@@ -40,6 +40,7 @@ from .options import (
     MAX_TASK_ATTEMPTS,
     TOPIC_PREFIX,
     BackendOptions,
+    limits_of,
     topic_for,
     valid_attempts,
     valid_backoff,
@@ -125,6 +126,12 @@ class QueueBackend(BaseTaskBackend):
                 f"{task.module_path}: task arguments must be JSON-serializable "
                 f"(str, int, float, bool, None, lists and dicts of them): {exc}"
             ) from exc
+        try:
+            limits = limits_of(task, args, kwargs)
+        except (TypeError, LookupError, AttributeError, ValueError) as exc:
+            raise InvalidTaskArguments(
+                f"{task.module_path}: cannot format its concurrency_key from these arguments: "
+                f"{type(exc).__name__}: {exc}") from exc
         alias = router.db_for_write(QueueMessage)
         run_after = task.run_after.isoformat() if task.run_after is not None else None
         # The message is the task until a worker starts it: that worker writes its result
@@ -132,6 +139,8 @@ class QueueBackend(BaseTaskBackend):
         payload = {"id": result_id, "task": task.module_path, "backend": self.alias,
                    "args": args, "kwargs": kwargs, "priority": task.priority,
                    "run_after": run_after}
+        if limits is not None:
+            payload["limits"] = limits  # read by the workers (see tasks/limits.py)
         delay = _delay_until(task.run_after, alias)
         if delay > MAX_DELAY.total_seconds():  # by the database's clock, this time
             raise _out_of_range(task.run_after)

@@ -13,8 +13,10 @@ from typing import Any, TypeVar
 
 from ..conf import MAX_SECONDS, get_settings, is_seconds
 from ..consuming.backoff import Backoff, ExponentialBackoff
+from ..exceptions import ConfigurationError
 from ..models.task_results import TASK_GROUP, TASK_TOPIC_PREFIX
 from .compat import InvalidTask, Task
+from .limits import check_limits, payload_limits
 
 TOPIC_PREFIX = TASK_TOPIC_PREFIX
 GROUP = TASK_GROUP
@@ -94,6 +96,10 @@ def option_errors(options: Any) -> list[tuple[str, str]]:
 
 # ------------------------------------------------------------------ per-task settings
 
+class InvalidTaskLimits(ConfigurationError, InvalidTask):
+    """``task_options()`` got limits that cannot work (a ValueError and an InvalidTask)."""
+
+
 _CARRIER = "sqlqueue_task_options"  # the attribute task_options() sets on the function
 T = TypeVar("T")
 
@@ -104,35 +110,55 @@ class PerTaskOptions:
 
     max_attempts: int | None = None
     backoff: Backoff | None = None
+    # Fleet-wide limits, checked: {"max_running", "rate", "concurrency_key"} (see .limits).
+    limits: dict[str, Any] | None = None
 
 
-def task_options(*, max_attempts: int | None = None,
-                 backoff: Backoff | None = None) -> Callable[[T], T]:
-    """Retry settings of one task, read by ``QueueBackend`` and harmless to any other
-    backend (Django's ImmediateBackend and DummyBackend ignore them)::
+def task_options(*, max_attempts: int | None = None, backoff: Backoff | None = None,
+                 max_running: int | None = None, rate: str | None = None,
+                 concurrency_key: str | None = None) -> Callable[[T], T]:
+    """Retry settings and limits of one task, read by ``QueueBackend`` and harmless to any
+    other backend (Django's ImmediateBackend and DummyBackend ignore them)::
 
         @task(queue_name="emails")
         @task_options(max_attempts=10, backoff=ExponentialBackoff(base=5, cap=600))
         def sync_invoice(invoice_id): ...
 
-    The settings ride on the function itself, so ``@task`` gets a plain function whatever
-    backend is configured. Above ``@task`` it works as well. Bad values raise InvalidTask.
+        @task()
+        @task_options(concurrency_key="account:{account_id}", max_running=2, rate="10/s")
+        def sync_account(account_id): ...
+
+    ``max_running`` and ``rate`` hold across every worker: per value of
+    ``concurrency_key`` (formatted from the task's arguments, shared by every task naming
+    the same value), else for the task. The settings ride on the function itself, so
+    ``@task`` gets a plain function whatever backend is configured. Above ``@task`` it
+    works as well. Bad values raise InvalidTask (a ValueError).
     """
     if max_attempts is not None and not valid_attempts(max_attempts):
         raise InvalidTask(f"max_attempts must be an int from 1 to {MAX_TASK_ATTEMPTS}, "
                           f"got {max_attempts!r}")
     if backoff is not None and not valid_backoff(backoff):
         raise InvalidTask(f"backoff must have a delay(attempt) method, got {backoff!r}")
-    carried = PerTaskOptions(max_attempts=max_attempts, backoff=backoff)
 
     def attach(target: T) -> T:
         func = target.func if isinstance(target, Task) else target
         if not callable(func):
             raise InvalidTask(f"task_options() decorates a task function, got {target!r}")
-        setattr(func, _CARRIER, carried)
+        try:
+            limits = check_limits(func, max_running, rate, concurrency_key)
+        except ValueError as exc:
+            raise InvalidTaskLimits(f"task_options(): {exc}") from exc
+        setattr(func, _CARRIER, PerTaskOptions(max_attempts=max_attempts, backoff=backoff,
+                                               limits=limits))
         return target
 
     return attach
+
+
+def limits_of(task: Any, args: list[Any], kwargs: dict[str, Any]) -> dict[str, Any] | None:
+    """What the message of ``task`` called with these arguments carries of its limits."""
+    carried = getattr(task.func, _CARRIER, None) or PerTaskOptions()
+    return payload_limits(task.func, carried.limits, args, kwargs)
 
 
 def retry_settings(task: Any, defaults: BackendOptions) -> tuple[int, Backoff]:

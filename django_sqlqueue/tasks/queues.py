@@ -9,6 +9,7 @@ from django.utils.module_loading import import_string
 from ..conf import get_settings
 from ..consuming.registry import Subscription
 from ..exceptions import ConfigurationError
+from .limits import TaskLimits
 from .options import GROUP, MAX_TASK_ATTEMPTS, topic_for
 
 
@@ -58,7 +59,7 @@ def task_subscriptions(queues: dict[str, str], worker_id: str) -> list[Subscript
             # Tasks have no key and no order: concurrent mode, never strict.
             batch_size=max(2, conf.batch_size),
             backoff=backend.queue_options.backoff, auto_extend=True, priority_of=_priority,
-            hooks=runner,
+            hooks=runner, limits=TaskLimits(),
         ))
     return subscriptions
 

@@ -25,6 +25,7 @@ from ..models.delivery import MessageRef
 from ..models.offsets import Progress
 from ..models.throughput import MINUTE_MS
 from .delivering import deliver
+from .limits import LimitGate
 from .outcomes import Outcome
 from .partitions import Ident, Partition, by_subscription
 from .recording import record
@@ -38,7 +39,8 @@ Subscriber = tuple[str, str]  # (consumer group, topic)
 class PollCycle:
     def __init__(self, worker_name: str, token: str, using: str, dlq_suffix: str,
                  clock: Callable[[], int], is_running: Callable[[Ident, int], bool],
-                 may_extend: Callable[[Ident, int], bool]) -> None:
+                 may_extend: Callable[[Ident, int], bool],
+                 gate: LimitGate | None = None) -> None:
         self.worker_name = worker_name
         self.token = token  # this process's fencing token (see PartitionLease)
         self.using = using
@@ -46,6 +48,7 @@ class PollCycle:
         self.clock = clock  # epoch ms by the database clock
         self.is_running = is_running  # a handler of this process runs (partition, offset)
         self.may_extend = may_extend  # ... and its message should be kept invisible
+        self.gate = gate  # fleet-wide limits (see .limits)
 
     def run(self, partitions: dict[Ident, Partition], outcomes: list[Outcome],
             capacity: int, idle_threads: int) -> CycleResult:
@@ -63,12 +66,14 @@ class PollCycle:
             sitting_out = {ident for ident in partitions if ident not in seen}
             self._load([p for p in held if not p.loaded])
             now_ms = self.clock()
+            if self.gate is not None:
+                self.gate.release(outcomes, now_ms)  # before delivering: held ones may go
             record(partitions, outcomes, lost, sitting_out, now_ms, result, self.using,
                    self.dlq_suffix)
             settle_parked(held, now_ms, self.using)  # a settled key's next message goes now
             self._extend(held, now_ms)
             deliver(held, capacity, idle_threads, now_ms, result, self.clock, self.using,
-                    self.dlq_suffix)
+                    self.dlq_suffix, self.gate)
             settle_parked(held, now_ms, self.using)
             self._advance(held)
             self._count(result, now_ms)

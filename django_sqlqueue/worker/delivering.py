@@ -16,6 +16,7 @@ from ..consuming.message import Message
 from ..models import DeliveryState, QueueMessage
 from ..models.delivery import Hold, ReadRow
 from .handout import HandOut
+from .limits import LimitGate
 from .partitions import Ident, Partition, by_subscription
 from .priority import deliver_by_priority
 from .results import CycleResult
@@ -28,7 +29,8 @@ READ_BUDGET = 1000
 
 
 def deliver(partitions: list[Partition], capacity: int, idle_threads: int, now_ms: int,
-            result: CycleResult, clock: Callable[[], int], using: str, dlq_suffix: str) -> None:
+            result: CycleResult, clock: Callable[[], int], using: str, dlq_suffix: str,
+            gate: LimitGate | None = None) -> None:
     """Hand out what is due, then read new messages, sharing the worker's free capacity
     fairly: every partition that wants work gets at least one slot."""
     free = capacity - sum(p.in_flight_count() for p in partitions)
@@ -41,8 +43,18 @@ def deliver(partitions: list[Partition], capacity: int, idle_threads: int, now_m
         return  # a handler finishing wakes the worker, and frees capacity
     shares = _Shares({p.ident: max(1, free // len(wanting)) for p in wanting}, idle_threads)
     share = shares.left
+    # A limited subscription's partitions hand out together no more than its limits may
+    # let go this cycle: more would only be read, held back and written as holds.
+    capped = set()
+    for members in by_subscription(wanting).values():
+        cap = None if gate is None else gate.hand_out_cap(members[0].subscription, now_ms)
+        if cap is not None:
+            each = max(1, -(-cap // len(members)))  # the cap shared by its partitions here
+            for partition in members:
+                share[partition.ident] = min(share[partition.ident], each)
+                capped.add(partition.ident)
     unpark_due(wanting, share, now_ms, using)
-    handout = HandOut(result, clock, using, dlq_suffix)
+    handout = HandOut(result, clock, using, dlq_suffix, gate)
     prioritised = [p for p in wanting if p.subscription.priority_of is not None]
     for members in by_subscription(prioritised).values():
         # The subscription's partitions pool their shares: the best message of any of
@@ -84,7 +96,8 @@ def deliver(partitions: list[Partition], capacity: int, idle_threads: int, now_m
     # their share: with none left, the next handler to finish wakes the worker.
     if free - len(result.deliveries) > 0:
         for partition in [*prioritised, *wanting]:
-            if share[partition.ident] <= 0 and partition.wants_look(now_ms):
+            if (share[partition.ident] <= 0 and partition.ident not in capped
+                    and partition.wants_look(now_ms)):
                 result.report(partition).more = True
 
 

@@ -15,6 +15,7 @@ from ..consuming.message import DeadLetterInfo, Message
 from ..models import DeliveryState, QueueMessage
 from ..models.delivery import Hold
 from . import hooks
+from .limits import Candidate, LimitGate
 from .partitions import Ident, Partition
 from .recording import dead_letter
 from .results import CycleResult, DeadOnFetch, Delivery
@@ -27,8 +28,9 @@ class HandOut:
     """One cycle's hand-outs and holds, batched per subscription."""
 
     def __init__(self, result: CycleResult, clock: Callable[[], int], using: str,
-                 dlq_suffix: str) -> None:
+                 dlq_suffix: str, gate: LimitGate | None = None) -> None:
         self.result = result
+        self.gate = gate  # fleet-wide limits; None: none apply
         self.clock = clock  # epoch ms by the database clock
         self.using = using
         self.dlq_suffix = dlq_suffix
@@ -37,6 +39,7 @@ class HandOut:
         self.holds: dict[Subscriber, list[Hold]] = defaultdict(list)
         # (partition, offset) of every message handed out this cycle: each goes out once.
         self.out: set[tuple[Ident, int]] = set()
+        self.messages: dict[tuple[Ident, int], Message] = {}  # what goes out, for the limits
 
     def give(self, partition: Partition, entry: Entry, message: Message) -> None:
         """Deliver ``entry``; its visibility is set in write(), from the clock read after
@@ -44,6 +47,7 @@ class HandOut:
         if (partition.ident, entry.offset) in self.out:
             return  # already going out in this cycle: one handler per delivery
         self.out.add((partition.ident, entry.offset))
+        self.messages[(partition.ident, entry.offset)] = message
         self.handed_out[(partition.group, partition.topic)].append((partition, entry))
         self.result.report(partition).deliveries.append(
             Delivery(partition, partition.generation, message))
@@ -74,6 +78,7 @@ class HandOut:
     def write(self) -> None:
         """Write the holds and delivery rows, then tell the subscriptions' hooks and the
         handlers of dead-letter topics what goes out."""
+        self._limit()
         for (group, topic), holds in self.holds.items():
             DeliveryState.objects.hold(group, topic, holds, self.using)
         now_ms = self.clock()
@@ -87,6 +92,36 @@ class HandOut:
                    lambda report: [d.message for d in report.deliveries],
                    lambda hooks_, messages: hooks_.handed_out(messages, self.using))
         self._describe_dead_letters()
+
+    def _limit(self) -> None:
+        """Hold back what is over a fleet-wide limit (see :mod:`.limits`): not delivered,
+        with a row keeping it for a new owner when it had none."""
+        if self.gate is None:
+            return
+        candidates = [Candidate(partition, entry, self.messages[(partition.ident, entry.offset)])
+                      for items in self.handed_out.values() for partition, entry in items
+                      if partition.subscription.limits is not None]
+        if not candidates:
+            return
+        held = self.gate.admit(candidates, self.clock())
+        if not held:
+            return
+        out = {(c.partition.ident, c.entry.offset) for c in held}
+        for key, items in list(self.handed_out.items()):
+            kept = [(p, e) for p, e in items if (p.ident, e.offset) not in out]
+            if kept:
+                self.handed_out[key] = kept
+            else:
+                del self.handed_out[key]  # write() reads each list's first item
+        for report in self.result.reports.values():
+            report.deliveries = [d for d in report.deliveries
+                                 if (d.partition.ident, d.message.offset) not in out]
+        for candidate in held:
+            self.out.discard((candidate.partition.ident, candidate.entry.offset))
+            if candidate.entry.attempts == 0:
+                self.hold(candidate.partition, Hold(candidate.partition.number,
+                                                    candidate.entry.offset,
+                                                    candidate.entry.due_ms))
 
     def _describe_dead_letters(self) -> None:
         """Tell handlers of a dead-letter topic which group gave up on each message, where

@@ -329,6 +329,14 @@ class Partition(Parking):
         self._schedule(entry)
         self._retried.append(entry)  # parked by park_retries() if it waits long
 
+    def hold_until(self, entry: Entry, due_ms: int) -> None:
+        """A fleet-wide limit holds ``entry`` back (see :mod:`.limits`): it waits, not
+        delivered and its attempts unchanged, until ``due_ms``; it stays its key's head."""
+        self._in_flight.discard(entry.offset)  # a redelivery of an expired one, say
+        entry.state = "waiting"
+        entry.due_ms = due_ms
+        self._schedule(entry)
+
     def settled(self, entry: Entry) -> None:
         """The group is done with ``entry`` (acked or dead-lettered): drop it, and let the
         next message of its key go (strict mode)."""

@@ -41,6 +41,7 @@ from .faults import FaultBackoff
 from .interrupts import stop_on_signals
 from .isolation import Batch, Isolation
 from .leasing import Leasing
+from .limits import LimitGate
 from .outcomes import Outcome
 from .partitions import Ident, Partition
 from .results import CycleResult
@@ -103,8 +104,10 @@ class Worker:
         self.dispatcher = Dispatcher(concurrency, self.wake, self.name, self.leasing.token,
                                      self.clock, using,
                                      metrics.handler_finished if metrics else None)
+        self.limits = LimitGate(self.leasing.token, int(conf.lease_duration * 1000), using)
         self.cycle = PollCycle(self.name, self.leasing.token, using, conf.dlq_suffix,
-                               self.clock.now_ms, self.dispatcher.is_running, self._may_extend)
+                               self.clock.now_ms, self.dispatcher.is_running, self._may_extend,
+                               self.limits)
         self.faults = FaultBackoff(using)
         self.isolation = Isolation()
         self.session = SessionBounds(using, conf.lease_duration)
@@ -303,6 +306,7 @@ class Worker:
 
     def _maintain(self, now: float, now_ms: int) -> None:
         self.leasing.maintain(now_ms, acquire=not self.stopping.is_set())
+        self.limits.renew(now_ms)
         self._next_maintain = now + self.conf.renew_interval
         self._next_acquire = now + ACQUIRE_INTERVAL
 
@@ -394,6 +398,7 @@ class Worker:
                                 f"{self.conf.shutdown_grace:g}s shutdown grace")
 
     def _release_everything(self) -> None:
+        self.limits.release_all(self.clock.now_ms())
         self.leasing.release_all()
         self.leasing.deregister(self.clock.now_ms())
 

@@ -311,3 +311,53 @@ def fed_by_spark(message: sqlqueue.Message) -> None:
         message_id=message.id, payload={"payload": message.payload, "headers": message.headers},
         attempt=message.attempt, pid=os.getpid(), handled_at=time.time(),
     )
+
+
+# ------------------------------------------------------------------ fleet-wide limits
+# Each run appends "start end pid key offset attempt" to the file payload["log"] names
+# (one small O_APPEND write per run, whole lines from every worker process), so a test
+# measures how many ran at once and how often they started.
+
+
+def _log_run(message: sqlqueue.Message) -> None:
+    started = time.time()
+    sleep = message.payload.get("sleep_first") if message.attempt == 1 else None
+    time.sleep(float(sleep if sleep is not None else message.payload.get("sleep", 0)))
+    line = (f"{started:.6f} {time.time():.6f} {os.getpid()} {message.key or '-'} "
+            f"{message.offset} {message.attempt}\n")
+    fd = os.open(message.payload["log"], os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        os.write(fd, line.encode())
+    finally:
+        os.close(fd)
+
+
+@sqlqueue.subscriber("capped", group="limits", max_running=3, backoff=FAST_RETRY)
+def capped(message: sqlqueue.Message) -> None:
+    _log_run(message)
+
+
+@sqlqueue.subscriber("capped-keys", group="limits", max_running_per_key=2, backoff=FAST_RETRY)
+def capped_per_key(message: sqlqueue.Message) -> None:
+    _log_run(message)
+
+
+@sqlqueue.subscriber("capped-strict", group="limits", batch_size=1, max_running=2,
+                     backoff=FAST_RETRY)
+def capped_in_order(message: sqlqueue.Message) -> None:
+    _log_run(message)
+
+
+@sqlqueue.subscriber("paced", group="limits", rate="20/s", backoff=FAST_RETRY)
+def paced(message: sqlqueue.Message) -> None:
+    _log_run(message)
+
+
+@sqlqueue.subscriber("unlimited", group="limits", backoff=FAST_RETRY)
+def unlimited(message: sqlqueue.Message) -> None:
+    _log_run(message)
+
+
+@sqlqueue.subscriber("paced-keys", group="limits", rate_per_key="10/s", backoff=FAST_RETRY)
+def paced_per_key(message: sqlqueue.Message) -> None:
+    _log_run(message)

@@ -138,3 +138,27 @@ _on_finished = _record_signal("finished")
 # dispatch_uid: this module is imported again under other backends by the tests.
 task_started.connect(_on_started, weak=False, dispatch_uid="tests.testapp.tasks.started")
 task_finished.connect(_on_finished, weak=False, dispatch_uid="tests.testapp.tasks.finished")
+
+
+def _log_run(log: str, key: str, sleep: float) -> None:
+    """Append "start end pid key" to ``log`` (one O_APPEND write: whole lines from every
+    worker process), for the limit tests to measure overlaps."""
+    started = time.time()
+    time.sleep(sleep)
+    fd = os.open(log, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        os.write(fd, f"{started:.6f} {time.time():.6f} {os.getpid()} {key} 0 1\n".encode())
+    finally:
+        os.close(fd)
+
+
+@task
+@task_options(concurrency_key="account:{account_id}", max_running=2)
+def sync_account(account_id: int, log: str, sleep: float = 0.2) -> None:
+    _log_run(log, f"account:{account_id}", sleep)
+
+
+@task
+@task_options(max_running=1)
+def one_at_a_time(log: str, sleep: float = 0.1) -> None:
+    _log_run(log, "single", sleep)

@@ -1,0 +1,138 @@
+"""``queue_limit_slots``: the running slots of ``max_running`` limits, one row per slot.
+
+A scope limited to N running handlers has rows numbered 0..N-1 (per key for per-key
+limits: rows of the keys running lately, swept when idle). A worker takes a free row
+(no holder, or a holder whose lease ran out) with ``FOR UPDATE SKIP LOCKED`` in its poll
+transaction, so a slot is taken exactly when the message's delivery commits, and never
+waited for; it gives the row back when the handler's outcome is recorded. A holder's
+rows expire one lease duration after its last renewal, so a crashed worker's slots come
+back by themselves. Times are epoch ms by the database clock.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Sequence
+from typing import Any
+
+from django.db import connections, models
+
+from ..db import sql as sqlb
+from .fields import KEY_LENGTH, SCOPE_LENGTH
+
+DIGEST_LENGTH = 40  # hex SHA-1 of a key; '' for a scope's own (keyless) limit
+
+
+def key_digest(key: str) -> str:
+    """The stored form of a limit key: fixed length and plain ASCII, so keys of any length
+    and bytes compare exactly on every backend."""
+    if not key:
+        return ""
+    return hashlib.sha1(key.encode("utf-8", "surrogatepass"), usedforsecurity=False).hexdigest()
+
+
+class LimitSlotManager(models.Manager["LimitSlot"]):
+    """SQL for ``queue_limit_slots``."""
+
+    def ensure(self, scope: str, key: str, count: int, now_ms: int, using: str) -> None:
+        """Make rows 0..count-1 of (scope, key) exist (free), inserting only missing ones."""
+        digest = key_digest(key)
+        have = set(self.using(using).filter(scope=scope, limit_key=digest, slot__lt=count)
+                   .values_list("slot", flat=True))
+        missing = [n for n in range(count) if n not in have]
+        if not missing:
+            return
+        connection = connections[using]
+        q = sqlb.quoter(connection)
+        prefix, suffix = sqlb.insert_ignore(connection, ("scope", "limit_key", "slot"))
+        columns = ", ".join(q(c) for c in ("scope", "limit_key", "key_label", "slot", "holder",
+                                            "held_for", "expires_at", "idle_since"))
+        values = ", ".join(["(%s, %s, %s, %s, '', '', 0, %s)"] * len(missing))
+        params: list[object] = []
+        for slot in missing:
+            params += [scope, digest, key[:KEY_LENGTH], slot, now_ms]
+        sqlb.execute(connection,
+                     f"{prefix} {q('queue_limit_slots')} ({columns}) VALUES {values}{suffix}",  # noqa: S608 - names quoted, values bound
+                     params)
+
+    def lock_free(self, scope: str, key: str, count: int, wanted: int, now_ms: int,
+                  using: str) -> list[tuple[int, int]]:
+        """Up to ``wanted`` free slots below ``count`` of (scope, key), locked for this
+        transaction, lowest first, as (row id, slot). Rows other transactions hold are
+        passed over: a worker never waits for another's slots."""
+        rows = (
+            self.using(using).select_for_update(skip_locked=True)
+            .filter(scope=scope, limit_key=key_digest(key), slot__lt=count)
+            .filter(models.Q(holder="") | models.Q(expires_at__lt=now_ms))
+            .order_by("slot").values_list("id", "slot")[:wanted]
+        )
+        return [(int(i), int(s)) for i, s in rows]
+
+    def take(self, row_id: int, holder: str, held_for: str, expires_at: int, using: str) -> None:
+        self.using(using).filter(id=row_id).update(holder=holder, held_for=held_for[:255],
+                                                   expires_at=expires_at)
+
+    def give_back(self, row_ids: Sequence[int], holder: str, now_ms: int, using: str) -> int:
+        """Free ``holder``'s rows among ``row_ids`` (a row whose lease ran out and that
+        another worker took since is left alone)."""
+        if not row_ids:
+            return 0
+        return (self.using(using).filter(id__in=list(row_ids), holder=holder)
+                .update(holder="", held_for="", expires_at=0, idle_since=now_ms))
+
+    def renew(self, row_ids: Sequence[int], holder: str, expires_at: int, using: str) -> int:
+        """Push back the expiry of ``holder``'s rows (with the worker's lease renewals)."""
+        if not row_ids:
+            return 0
+        return (self.using(using).filter(id__in=list(row_ids), holder=holder)
+                .update(expires_at=expires_at))
+
+    def sweep(self, idle_before_ms: int, using: str) -> int:
+        """Delete per-key rows free since before ``idle_before_ms`` (or whose holder's lease
+        ran out then): rows exist only for keys running lately."""
+        return (self.using(using).exclude(limit_key="")
+                .filter(models.Q(holder="", idle_since__lt=idle_before_ms)
+                        | models.Q(expires_at__gt=0, expires_at__lt=idle_before_ms))
+                .delete()[0])
+
+    def usage(self, now_ms: int, using: str) -> list[dict[str, Any]]:
+        """Per scope: the slots of its own limit (its max_running) and how many run, the
+        keys running with the slots they hold, and the highest per-key slot number + 1
+        (its max_running_per_key), from a few rows per key running lately."""
+        live = models.Q(expires_at__gte=now_ms) & ~models.Q(holder="")
+        own, keyed = models.Q(limit_key=""), ~models.Q(limit_key="")
+        rows = (self.using(using).values("scope")
+                .annotate(slots=models.Count("id", filter=own),
+                          running=models.Count("id", filter=live & own),
+                          keys_running=models.Count("limit_key", distinct=True, filter=live & keyed),
+                          key_slots_running=models.Count("id", filter=live & keyed),
+                          per_key=models.Max("slot", filter=keyed))
+                .order_by("scope"))
+        return [dict(row) for row in rows]
+
+
+class LimitSlot(models.Model):
+    """One slot of a ``max_running`` limit (``queue_limit_slots``)."""
+
+    id = models.BigAutoField(primary_key=True)
+    scope = models.CharField(max_length=SCOPE_LENGTH)
+    limit_key = models.CharField(max_length=DIGEST_LENGTH, default="", blank=True)
+    key_label = models.CharField(max_length=KEY_LENGTH, default="", blank=True)  # the key, for people
+    slot = models.IntegerField()
+    holder = models.CharField(max_length=64, default="", blank=True)  # a worker's fencing token
+    held_for = models.CharField(max_length=255, default="", blank=True)  # the message, for people
+    expires_at = models.BigIntegerField(default=0)
+    idle_since = models.BigIntegerField(default=0)
+
+    objects = LimitSlotManager()
+
+    class Meta:
+        db_table = "queue_limit_slots"
+        constraints = [
+            models.UniqueConstraint(fields=["scope", "limit_key", "slot"],
+                                    name="queue_limit_slot_unique"),
+        ]
+        indexes = [models.Index(fields=["holder", "idle_since"], name="queue_limit_slot_idle")]
+
+    def __str__(self) -> str:
+        return f"{self.scope}[{self.key_label}]#{self.slot}"

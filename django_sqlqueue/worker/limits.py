@@ -1,0 +1,290 @@
+"""Fleet-wide limits in the poll cycle: slots taken as messages go out, given back as their
+outcomes are recorded, and messages over a limit held back.
+
+Each message a cycle hands out may need *claims* (see
+:mod:`django_sqlqueue.consuming.limits`): a slot of a ``max_running`` scope, a token of a
+``rate`` scope. Just before the cycle writes its deliveries, the gate locks what the
+cycle's messages need (free slot rows, the scopes' buckets; rows other workers' cycles
+hold are passed over, never waited for), gives each message all of its claims or none,
+and writes what was taken, all in the cycle's transaction: a slot is held exactly when
+the delivery commits. A message that gets none is *held*: it is not delivered (its
+attempts do not change), stays its key's head, and is tried again shortly, or at once
+when this worker frees a slot of its scope. Other keys, partitions and subscriptions go
+on as before.
+
+Slots carry an expiry renewed with the worker's lease renewals, so a crashed worker's
+slots come back within one lease duration.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections import defaultdict
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+
+from django.db import transaction
+
+from ..consuming.limits import Claim, Rate, SubscriptionLimits
+from ..consuming.message import Message
+from ..consuming.registry import Subscription
+from ..models import LimitBucket, LimitSlot
+from ..models.limit_buckets import Bucket
+from .outcomes import Outcome
+from .partitions import Ident, Partition
+from .window import Entry
+
+logger = logging.getLogger("django_sqlqueue.worker")
+
+# A message held for a slot held elsewhere is tried again this soon (ms); at once when
+# this worker frees a slot of its scope.
+HELD_RETRY_MS = 200
+# ... and this soon when another worker's cycle held the scope's bucket (ms).
+BUSY_RETRY_MS = 50
+# Per-key rows free (or expired) for this long are deleted (ms): rows exist for the keys
+# running lately, not for every key ever seen.
+KEY_IDLE_MS = 30_000
+SWEEP_INTERVAL_MS = 10_000
+# Held messages remembered per scope to wake when a slot frees here (memory bound).
+MAX_REMEMBERED = 10_000
+
+Ref = tuple[Ident, int, int]  # (partition, offset, attempt): one delivery
+Scope = tuple[str, str]  # (scope, key)
+
+
+@dataclass
+class Candidate:
+    """A message the cycle is about to hand out."""
+
+    partition: Partition
+    entry: Entry
+    message: Message
+
+
+@dataclass
+class _Slot:
+    row_id: int
+    scope: Scope
+
+
+@dataclass
+class _Need:
+    count: int = 0  # messages of the cycle claiming the scope
+    max_running: int = 0  # the highest max_running among their claims (0: none)
+    rate: Rate | None = None
+
+
+@dataclass
+class _State:
+    """What one cycle locked of a scope."""
+
+    free: list[tuple[int, int]] = field(default_factory=list)  # (row id, slot), lowest first
+    bucket: Bucket | None = None
+    bucket_busy: bool = False  # another worker's cycle holds the bucket
+    taken_tokens: int = 0
+
+    def can(self, claim: Claim) -> bool:
+        limit = claim.max_running
+        if limit is not None and not any(slot < limit for _, slot in self.free):
+            return False
+        return claim.rate is None or (self.bucket is not None and self.bucket.tokens >= 1)
+
+    def take(self, claim: Claim) -> int | None:
+        """Spend the claim (can() said yes); the slot row taken, if any."""
+        row_id = None
+        if claim.max_running is not None:
+            index = next(i for i, (_, slot) in enumerate(self.free) if slot < claim.max_running)
+            row_id = self.free.pop(index)[0]
+        if claim.rate is not None and self.bucket is not None:
+            self.bucket.tokens -= 1
+            self.taken_tokens += 1
+        return row_id
+
+    def retry_at(self, claim: Claim, now_ms: int) -> int:
+        """When a message denied by this scope should be tried again."""
+        due = now_ms
+        if claim.rate is not None and (self.bucket is None or self.bucket.tokens < 1):
+            if self.bucket is None:
+                due = now_ms + BUSY_RETRY_MS
+            else:
+                due = now_ms + max(1, math.ceil((1 - self.bucket.tokens) / claim.rate.per_ms))
+        if claim.max_running is not None and not any(s < claim.max_running for _, s in self.free):
+            due = max(due, now_ms + HELD_RETRY_MS)
+        return due
+
+
+class LimitGate:
+    """One worker's side of the limits: the slots it holds, and its held messages."""
+
+    def __init__(self, token: str, lease_ms: int, using: str) -> None:
+        self.token = token  # the worker's fencing token: the holder of its slots
+        self.lease_ms = lease_ms
+        self.using = using
+        # Slot rows each running delivery holds (committed ones only).
+        self.slots: dict[Ref, list[_Slot]] = {}
+        # Messages held for a slot, by scope: made due at once when a slot of it frees here.
+        self._held: dict[Scope, dict[tuple[Ident, int], tuple[Partition, Entry]]] = (
+            defaultdict(dict))
+        self._ensured: set[tuple[str, int]] = set()  # (scope, count) rows known to exist
+        # Each rated scope's tokens when this worker last saw its bucket, and when (ms).
+        self._tokens_seen: dict[Scope, tuple[float, int]] = {}
+        # Scopes whose slots were all taken at this worker's last try, and when (ms): until
+        # HELD_RETRY_MS later, or a slot of it frees here, nothing of it is handed out.
+        self._full_at: dict[str, int] = {}
+        self._next_sweep = 0
+
+    @property
+    def running(self) -> int:
+        return len(self.slots)
+
+    # ------------------------------------------------------------------ in the poll cycle
+
+    def hand_out_cap(self, subscription: Subscription, now_ms: int) -> int | None:
+        """Messages of ``subscription`` worth handing out this cycle (None: no cap): its
+        max_running, and about the tokens its bucket holds by now. More would only be
+        read, held back and written as holds."""
+        limits = subscription.limits
+        if not isinstance(limits, SubscriptionLimits):
+            return None
+        caps = []
+        if limits.max_running is not None:
+            full_at = self._full_at.get(limits.scope)
+            recently_full = full_at is not None and now_ms - full_at < HELD_RETRY_MS
+            caps.append(0 if recently_full else limits.max_running)
+        if limits.rate is not None:
+            seen = self._tokens_seen.get((limits.scope, ""))
+            if seen is None:
+                caps.append(limits.rate.count)
+            else:
+                tokens, at = seen
+                refilled = tokens + max(0, now_ms - at) * limits.rate.per_ms
+                caps.append(max(1, math.floor(min(limits.rate.count, refilled))))
+        return min(caps) if caps else None
+
+    def release(self, outcomes: Iterable[Outcome], now_ms: int) -> None:
+        """Give back the slots of deliveries whose outcome this cycle records, and make the
+        messages held for those scopes due now."""
+        refs = [ref_of(o.partition, o.message) for o in outcomes]
+        slots = [slot for ref in refs for slot in self.slots.get(ref, ())]
+        if not slots:
+            return
+        LimitSlot.objects.give_back([s.row_id for s in slots], self.token, now_ms, self.using)
+        transaction.on_commit(lambda: self._forget(refs), using=self.using)
+        for scope in {s.scope for s in slots}:
+            self._full_at.pop(scope[0], None)
+            for partition, entry in self._held.pop(scope, {}).values():
+                if partition.entries.get(entry.offset) is entry and entry.state == "waiting":
+                    partition.hold_until(entry, now_ms)
+
+    def admit(self, candidates: Sequence[Candidate], now_ms: int) -> list[Candidate]:
+        """Take what ``candidates`` need; return those held back (not to be delivered now),
+        each rescheduled in its partition."""
+        claimed = []
+        needs: dict[Scope, _Need] = defaultdict(_Need)
+        for candidate in candidates:
+            limits = candidate.partition.subscription.limits
+            claims = () if limits is None else limits.claims(candidate.message)
+            if not claims:
+                continue
+            claimed.append((candidate, claims))
+            for claim in claims:
+                need = needs[(claim.scope, claim.key)]
+                need.count += 1
+                need.max_running = max(need.max_running, claim.max_running or 0)
+                need.rate = need.rate or claim.rate
+        if not claimed:
+            return []
+        # Scopes in one order in every worker: two cycles creating rows never wait for
+        # each other in a circle.
+        states = {scope: self._lock(scope, needs[scope], now_ms) for scope in sorted(needs)}
+        held: list[Candidate] = []
+        taken: list[tuple[Candidate, list[_Slot]]] = []
+        for candidate, claims in claimed:
+            scopes = [(c.scope, c.key) for c in claims]
+            if all(states[s].can(c) for s, c in zip(scopes, claims, strict=True)):
+                rows = [(states[s].take(c), s) for s, c in zip(scopes, claims, strict=True)]
+                taken.append((candidate, [_Slot(r, s) for r, s in rows if r is not None]))
+                continue
+            due = max(states[s].retry_at(c, now_ms) for s, c in zip(scopes, claims, strict=True))
+            candidate.partition.hold_until(candidate.entry, due)
+            for scope, claim in zip(scopes, claims, strict=True):
+                if claim.max_running is not None:
+                    waiting = self._held[scope]
+                    if len(waiting) >= MAX_REMEMBERED:
+                        waiting.clear()  # they are tried again on their own timers anyway
+                    waiting[(candidate.partition.ident, candidate.entry.offset)] = (
+                        candidate.partition, candidate.entry)
+            held.append(candidate)
+        for candidate, slots in taken:
+            for slot in slots:
+                LimitSlot.objects.take(slot.row_id, self.token, _label(candidate),
+                                       now_ms + self.lease_ms, self.using)
+        for scope, state in states.items():
+            need = needs[scope]
+            if state.bucket is not None:
+                self._tokens_seen[scope] = (state.bucket.tokens, now_ms)
+            if state.taken_tokens and state.bucket is not None and need.rate is not None:
+                LimitBucket.objects.save_tokens(state.bucket, need.rate.count, need.rate.per_ms,
+                                                now_ms, self.using)
+        committed = {ref_of(c.partition, c.message): slots for c, slots in taken if slots}
+        if committed:
+            transaction.on_commit(lambda: self.slots.update(committed), using=self.using)
+        return held
+
+    def _lock(self, scope: Scope, need: _Need, now_ms: int) -> _State:
+        name, key = scope
+        state = _State()
+        if need.max_running:
+            if key or (name, need.max_running) not in self._ensured:
+                LimitSlot.objects.ensure(name, key, need.max_running, now_ms, self.using)
+                if not key:
+                    self._ensured.add((name, need.max_running))
+            state.free = LimitSlot.objects.lock_free(name, key, need.max_running, need.count,
+                                                     now_ms, self.using)
+            if not state.free:
+                # All taken, or the rows are gone (a table emptied by hand): make sure
+                # they exist next time.
+                self._ensured.discard((name, need.max_running))
+            if not key:
+                if len(state.free) < need.count:
+                    self._full_at[name] = now_ms
+                else:
+                    self._full_at.pop(name, None)
+        if need.rate is not None:
+            state.bucket = LimitBucket.objects.lock(name, key, str(need.rate), need.rate.count,
+                                                    need.rate.per_ms, now_ms, self.using)
+            state.bucket_busy = state.bucket is None
+        return state
+
+    def _forget(self, refs: list[Ref]) -> None:
+        for ref in refs:
+            self.slots.pop(ref, None)
+
+    # ------------------------------------------------------------------ with the renewals
+
+    def renew(self, now_ms: int) -> None:
+        """Push back the expiry of the slots this worker holds, and now and then delete
+        per-key rows of keys idle for a while (its own transaction each)."""
+        ids = [s.row_id for slots in list(self.slots.values()) for s in slots]
+        if ids:
+            LimitSlot.objects.renew(ids, self.token, now_ms + self.lease_ms, self.using)
+        if now_ms >= self._next_sweep:
+            self._next_sweep = now_ms + SWEEP_INTERVAL_MS
+            LimitSlot.objects.sweep(now_ms - KEY_IDLE_MS, self.using)
+            LimitBucket.objects.sweep(now_ms, self.using)
+
+    def release_all(self, now_ms: int) -> None:
+        """Give back every slot (the worker stops)."""
+        ids = [s.row_id for slots in self.slots.values() for s in slots]
+        if ids:
+            LimitSlot.objects.give_back(ids, self.token, now_ms, self.using)
+        self.slots.clear()
+
+
+def ref_of(partition: Partition, message: Message) -> Ref:
+    return (partition.ident, message.offset, message.attempt)
+
+
+def _label(candidate: Candidate) -> str:
+    return f"{candidate.partition.topic}/{candidate.partition.number}@{candidate.entry.offset}"

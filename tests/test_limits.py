@@ -1,0 +1,198 @@
+"""Fleet-wide limits: ``max_running`` and ``rate`` hold across every worker process, measured
+from the handlers' own logs; a message over a limit waits without counting an attempt
+and without holding up anything else; a crashed worker's slots come back."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+import django_sqlqueue as sqlqueue
+from django_sqlqueue.conf import get_settings
+from django_sqlqueue.models import LimitSlot
+from tests.worker_harness import wait_until, worker_pool
+
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.worker]
+
+
+@pytest.fixture
+def workers(transactional_db, tmp_path):  # type: ignore[no-untyped-def]
+    with worker_pool(tmp_path) as pool:
+        yield pool
+
+
+@dataclass(frozen=True)
+class Run:
+    start: float
+    end: float
+    pid: int
+    key: str
+    offset: int
+    attempt: int
+
+
+def runs(log: Path) -> list[Run]:
+    if not log.exists():
+        return []
+    found = []
+    for line in log.read_text().splitlines():
+        start, end, pid, key, offset, attempt = line.split()
+        found.append(Run(float(start), float(end), int(pid), key, int(offset), int(attempt)))
+    return sorted(found, key=lambda r: r.start)
+
+
+def peak(found: list[Run]) -> int:
+    """The most runs overlapping at any moment (an end before a start at the same time)."""
+    events = sorted([(r.start, 1) for r in found] + [(r.end, -1) for r in found])
+    running = highest = 0
+    for _, change in events:
+        running += change
+        highest = max(highest, running)
+    return highest
+
+
+def publish(topic: str, log: Path, count: int, keys: list[str] | None = None,
+            **payload: object) -> None:
+    sqlqueue.publish_many(topic, [
+        {"payload": {"log": str(log), **payload}, "key": keys[i % len(keys)] if keys else ""}
+        for i in range(count)
+    ])
+
+
+def assert_no_failed_cycles(started) -> None:  # type: ignore[no-untyped-def]
+    """Holding messages back is part of a normal poll cycle: none failed doing it."""
+    for worker in started:
+        assert "Traceback" not in worker.stderr + worker.stdout, worker.describe()
+
+
+def start_workers(workers, count: int, *topics: str):  # type: ignore[no-untyped-def]
+    args = [a for topic in topics for a in ("--topic", topic)]
+    return [workers.start(f"w{i}", *args, "--concurrency", "4") for i in range(count)]
+
+
+def test_max_running_holds_across_worker_processes(workers, tmp_path):
+    log = tmp_path / "runs.log"
+    publish("capped", log, 24, sleep=0.2)
+    started = start_workers(workers, 3, "capped")
+
+    found = wait_until(lambda: len(runs(log)) >= 24 and runs(log), timeout=60,
+                       what="every capped message handled", watch=started)
+    assert peak(found) == 3  # never more than max_running=3, and the limit is used
+    assert len({r.pid for r in found}) >= 2  # the limit held across processes
+    assert sorted(r.offset for r in found) == sorted({r.offset for r in found})
+    assert_no_failed_cycles(started)
+
+
+def test_a_held_message_counts_no_attempt(workers, tmp_path):
+    log = tmp_path / "runs.log"
+    publish("capped", log, 12, sleep=0.2)
+    started = start_workers(workers, 2, "capped")
+
+    found = wait_until(lambda: len(runs(log)) >= 12 and runs(log), timeout=60,
+                       what="every capped message handled", watch=started)
+    assert {r.attempt for r in found} == {1}
+
+
+def test_max_running_per_key_holds_for_each_key(workers, tmp_path):
+    log = tmp_path / "runs.log"
+    publish("capped-keys", log, 24, keys=["a", "b", "c"], sleep=0.2)
+    started = start_workers(workers, 2, "capped-keys")
+
+    found = wait_until(lambda: len(runs(log)) >= 24 and runs(log), timeout=60,
+                       what="every message handled", watch=started)
+    for key in ("a", "b", "c"):
+        assert peak([r for r in found if r.key == key]) == 2
+    assert peak(found) > 2  # keys do not share their limit
+    assert_no_failed_cycles(started)
+
+
+def test_strict_mode_keeps_each_keys_order_under_a_limit(workers, tmp_path):
+    log = tmp_path / "runs.log"
+    keys = [f"k{i}" for i in range(6)]
+    publish("capped-strict", log, 36, keys=keys, sleep=0.05)
+    started = start_workers(workers, 2, "capped-strict")
+
+    found = wait_until(lambda: len(runs(log)) >= 36 and runs(log), timeout=60,
+                       what="every message handled", watch=started)
+    assert peak(found) <= 2
+    for key in keys:
+        offsets = [r.offset for r in found if r.key == key]
+        assert offsets == sorted(offsets)
+    assert {r.attempt for r in found} == {1}
+
+
+def test_a_full_limit_does_not_hold_up_other_subscriptions_of_the_worker(workers, tmp_path):
+    capped_log, free_log = tmp_path / "capped.log", tmp_path / "free.log"
+    publish("capped", capped_log, 12, sleep=2.0)  # 4 rounds of 3: 8 s at least
+    started = start_workers(workers, 1, "capped", "unlimited")
+    wait_until(lambda: LimitSlot.objects.exclude(holder="").count() == 3, timeout=30,
+               what="the capped subscription's slots taken", watch=started)
+
+    publish("unlimited", free_log, 40)
+    wait_until(lambda: len(runs(free_log)) >= 40, timeout=8,
+               what="the unlimited subscription handled beside a full limit", watch=started)
+    assert len(runs(capped_log)) < 12  # the capped ones were still waiting meanwhile
+
+
+def test_a_crashed_workers_slots_come_back_within_a_lease(workers, tmp_path):
+    log = tmp_path / "runs.log"
+    publish("capped", log, 3, sleep_first=60)  # the first attempts hang
+    first = workers.start("doomed", "--topic", "capped", "--concurrency", "4")
+    wait_until(lambda: LimitSlot.objects.exclude(holder="").count() == 3, timeout=30,
+               what="all three slots held", watch=[first])
+
+    os.kill(first.pid, signal.SIGKILL)
+    killed = time.time()
+    publish("capped", log, 3)
+    second = workers.start("heir", "--topic", "capped", "--concurrency", "4")
+
+    found = wait_until(lambda: len(runs(log)) >= 6 and runs(log), timeout=60,
+                       what="the messages handled by the next worker", watch=[second])
+    lease = get_settings().lease_duration
+    fresh = [r for r in found if r.attempt == 1]
+    # The new messages needed the dead worker's slots: they started once its slots had
+    # expired (one lease) and its partitions were taken over, plus the new worker's start.
+    assert min(r.start for r in fresh) - killed < lease + 10
+    assert peak(found) <= 3
+
+
+def test_starts_stay_within_the_rate_across_workers(workers, tmp_path):
+    log = tmp_path / "runs.log"
+    publish("paced", log, 100)  # rate="20/s": a one-second burst of 20, then 20 a second
+    started = start_workers(workers, 2, "paced")
+
+    found = wait_until(lambda: len(runs(log)) >= 100 and runs(log), timeout=60,
+                       what="every paced message handled", watch=started)
+    starts = [r.start for r in found]
+    # Over any one-second window: at most the burst plus one second's rate (and a little
+    # for handlers starting a moment after their token was taken).
+    most = max(sum(1 for s in starts[i:] if s < start + 1.0) for i, start in enumerate(starts))
+    assert most <= 40 + 3
+    assert_no_failed_cycles(started)
+    # After the first burst, 80 starts at 20/s take about 4 s: never much less; and on a
+    # loaded machine not much more either.
+    spread = starts[-1] - starts[20]
+    assert spread >= 79 / 20 * 0.9
+    assert spread < 79 / 20 * 2
+
+
+
+def test_a_rate_per_key_paces_each_key_on_its_own(workers, tmp_path):
+    log = tmp_path / "runs.log"
+    publish("paced-keys", log, 60, keys=["a", "b"])  # rate_per_key="10/s": 30 a key
+    started = start_workers(workers, 2, "paced-keys")
+
+    found = wait_until(lambda: len(runs(log)) >= 60 and runs(log), timeout=60,
+                       what="every message handled", watch=started)
+    for key in ("a", "b"):
+        starts = [r.start for r in found if r.key == key]
+        most = max(sum(1 for s in starts[i:] if s < start + 1.0)
+                   for i, start in enumerate(starts))
+        assert most <= 20 + 2  # the burst plus one second's rate, per key
+        assert starts[-1] - starts[10] >= 19 / 10 * 0.9  # after the burst: 10 a second
+    assert_no_failed_cycles(started)
