@@ -20,12 +20,16 @@ from .exceptions import (
 )
 
 if TYPE_CHECKING:
+    from .cancelling import CancelResult, CancelStatus, cancel
     from .consuming.backoff import ExponentialBackoff
     from .consuming.message import Message
     from .consuming.registry import subscriber
     from .publishing import StoredMessage, publish, publish_many
 
 _LAZY = {
+    "CancelResult": "django_sqlqueue.cancelling",
+    "CancelStatus": "django_sqlqueue.cancelling",
+    "cancel": "django_sqlqueue.cancelling",
     "ExponentialBackoff": "django_sqlqueue.consuming.backoff",
     "Message": "django_sqlqueue.consuming.message",
     "subscriber": "django_sqlqueue.consuming.registry",
@@ -35,6 +39,8 @@ _LAZY = {
 }
 
 __all__ = [
+    "CancelResult",
+    "CancelStatus",
     "ConfigurationError",
     "DeadLetter",
     "ExponentialBackoff",
@@ -45,6 +51,7 @@ __all__ = [
     "SQLQueueError",
     "StoredMessage",
     "TopicNotDrained",
+    "cancel",
     "publish",
     "publish_many",
     "subscriber",

@@ -24,7 +24,15 @@ from django.db import connections, transaction
 
 from ..conf import get_settings
 from ..db.errors import is_disconnect, is_transient
-from ..models import ArchiveMark, ConsumerOffset, QueueMessage, SubscriberHeartbeat, Throughput, waiting
+from ..models import (
+    ArchiveMark,
+    Cancellation,
+    ConsumerOffset,
+    QueueMessage,
+    SubscriberHeartbeat,
+    Throughput,
+    waiting,
+)
 
 logger = logging.getLogger("django_sqlqueue.worker")
 
@@ -180,6 +188,7 @@ class GarbageCollector:
             now_ms = int(time.time() * 1000)
             SubscriberHeartbeat.objects.prune(now_ms - PRUNE_AFTER_MS, self.using)
             Throughput.objects.prune(now_ms - THROUGHPUT_KEEP_MS, self.using)
+            Cancellation.objects.prune_collected(GC_BATCH, self.using)
             return deleted
         except Exception as exc:  # noqa: BLE001 - GC must never stop the worker
             if is_transient(exc):

@@ -85,6 +85,9 @@ class Partition(Parking):
     _parked_keys: set[str] = field(default_factory=set)
     _key_checks: list[str] = field(default_factory=list)
     parked_keys_possible: bool | None = None
+    # The lease row's count of cancellations when the window was last built or checked:
+    # a cancellation bumps it, and the window is rebuilt without the cancelled message.
+    cancellations: int | None = None
     # Stop fetching, release once in-flight work is done (rebalancing or shutdown).
     draining: bool = False
     # Watermark or cursor moved since they were saved.

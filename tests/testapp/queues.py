@@ -311,3 +311,26 @@ def fed_by_spark(message: sqlqueue.Message) -> None:
         message_id=message.id, payload={"payload": message.payload, "headers": message.headers},
         attempt=message.attempt, pid=os.getpid(), handled_at=time.time(),
     )
+
+
+# ------------------------------------------------------------------ cancelled messages
+
+
+@sqlqueue.subscriber("cancels", group="alpha", backoff=FAST_RETRY)
+@sqlqueue.subscriber("cancels", group="beta", backoff=FAST_RETRY)
+@sqlqueue.subscriber("cancels", group="gamma", batch_size=1, backoff=FAST_RETRY)
+def cancellable(message: sqlqueue.Message) -> None:
+    """Records its start (topic "cancels") and its end (topic "cancels.end"): a message
+    either runs to its end or never starts. Group "gamma" runs in strict mode. payload:
+    "sleep" seconds between the two, "retry_in" seconds before a second attempt (asked
+    for on the first)."""
+    record(message)
+    payload = message.payload if isinstance(message.payload, dict) else {}
+    if message.attempt == 1 and payload.get("retry_in") is not None:
+        raise sqlqueue.Retry(delay=float(payload["retry_in"]))
+    time.sleep(float(payload.get("sleep", 0)))
+    Handled.objects.create(
+        group=message.group, topic="cancels.end", key=message.key, offset=message.offset,
+        message_id=message.id, payload=message.payload, attempt=message.attempt,
+        pid=os.getpid(), handled_at=time.time(),
+    )
