@@ -60,4 +60,15 @@ class Migration(migrations.Migration):
             },
         ),
         migrations.RunPython(binary_collation, migrations.RunPython.noop, elidable=False),
+        migrations.AlterModelOptions(
+            name="queuemessage",
+            options={
+                "permissions": [
+                    ("deliver_message", "Can make a waiting message deliverable now"),
+                    ("cancel_message", "Can cancel a message that has not started"),
+                ],
+                "verbose_name": "message",
+                "verbose_name_plural": "messages",
+            },
+        ),
     ]
