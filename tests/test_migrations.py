@@ -10,6 +10,7 @@ from django.db import IntegrityError, connection, transaction
 
 from django_sqlqueue.models import (
     ArchiveMark,
+    Cancellation,
     ConsumerOffset,
     DeliveryState,
     GroupControl,
@@ -44,6 +45,7 @@ TABLES = {
     "queue_throughput": Throughput,
     "queue_task_results": TaskResultRecord,
     "queue_archive": ArchiveMark,
+    "queue_cancellations": Cancellation,
 }
 
 
@@ -73,7 +75,7 @@ def test_no_migrations_are_missing():
     assert "No changes detected" in out.getvalue()
 
 
-def test_all_eleven_tables_exist():
+def test_all_twelve_tables_exist():
     assert set(TABLES) <= set(connection.introspection.table_names())
 
 
