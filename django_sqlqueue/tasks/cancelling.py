@@ -16,6 +16,7 @@ from ..cancelling import cancel
 from ..exceptions import Cancelled
 from ..models import QueueMessage, TaskResultRecord
 from ..rows import decode_json, epoch_ms_to_datetime
+from ..sequencing import sequence_all
 from .compat import TaskResultDoesNotExist, TaskResultStatus
 from .options import topic_for
 from .results import to_task_result
@@ -33,12 +34,16 @@ class TaskCancellation:
 def cancel_task(queues: list[str], result_id: str, by: str) -> TaskCancellation:
     """Cancel the READY task ``result_id`` of one of ``queues``."""
     alias = router.db_for_write(TaskResultRecord)
+    topics = [topic_for(q) for q in queues]
+    waiting = QueueMessage.objects.waiting_task(topics, result_id, alias)
+    if waiting is not None and waiting.position is None:
+        # Positioned before the transaction below, so that it holds no sequencer lock.
+        sequence_all(alias, sequenced_by=by)
     with transaction.atomic(using=alias):
         row = TaskResultRecord.objects.using(alias).filter(id=result_id).first()
         if row is not None and row.status != TaskResultStatus.READY:
             return TaskCancellation(False, to_task_result(row))
-        message = QueueMessage.objects.waiting_task([topic_for(q) for q in queues], result_id,
-                                                    alias)
+        message = QueueMessage.objects.waiting_task(topics, result_id, alias)
         if message is None:
             raise TaskResultDoesNotExist(result_id)
         outcome = cancel(message.topic, result_id, key="", by=by, using=alias)
