@@ -4,10 +4,11 @@ A cancellation marks the group's delivery row of the message acked, so no worker
 group hands it out, its watermark passes it and GC collects it, as if it had been handled.
 It is ordered against the group's worker by the partition's lease row: the worker
 share-locks that row for its whole poll cycle (the transaction that hands messages out),
-and the cancellation updates it. So either the cycle that hands the message out commits
-first, and the cancellation finds it running, or the cancellation commits first, and the
-worker's next cycle, reading the row's count of cancellations under its fence, rebuilds
-its window from the delivery rows without the message. Never both.
+and the cancellation locks it exclusively. So either the cycle that hands the message out
+commits first, and the cancellation finds it running, or the cancellation commits first,
+having bumped the row's count of cancellations, and the worker's next cycle, reading that
+count under its fence, rebuilds its window from the delivery rows without the message.
+Never both.
 """
 
 from __future__ import annotations
@@ -183,6 +184,7 @@ def _cancel_for(group: str, message: _Message, *, explicit: bool, by: str, using
     elif view.running(now_ms):
         return CancelStatus.RUNNING
     DeliveryState.objects.cancel(group, message.topic, message.ref, CANCELLED_MARK, using)
+    PartitionLease.objects.note_cancellation(group, message.topic, message.partition, using)
     if message.key:
         _release_key(group, message, using)
     # Wakes the group's idle workers within a poll interval (the lease row's count alone

@@ -145,7 +145,7 @@ def test_a_running_message_is_reported_and_runs_to_its_end(workers):
     # Once their outcomes are recorded, the message is done for both (or collected).
     wait_until(lambda: answers(TOPIC, "busy") in ({"alpha": CancelStatus.DONE,
                                                    "beta": CancelStatus.DONE}, None),
-               what="both outcomes recorded", watch=[worker])
+               what="both outcomes recorded", watch=[worker], interval=0.2)
     assert not Cancellation.objects.filter(message_offset=message.offset,
                                            consumer_group__in=["alpha", "beta"]).exists()
 

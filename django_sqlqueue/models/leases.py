@@ -71,22 +71,42 @@ class PartitionLeaseManager(PartitionRowsManager):
         return Fenced(owned, seen, cancellations)
 
     def lock_for_cancel(self, group: str, topic: str, partition: str, using: str) -> bool:
-        """Lock one lease row for a cancellation, and bump its count of cancellations;
-        False when the row does not exist.
+        """Lock one lease row for a cancellation; False when the row does not exist.
 
-        The update waits for the owner's poll cycle to commit (it share-locks the row),
-        so the cancellation sees what that cycle handed out; the owner's next fence reads
-        the new count and rebuilds its window, so it sees the cancellation. On SQLite the
-        update takes the database's write lock, which orders it the same way."""
+        The lock waits for the owner's poll cycle to commit (it share-locks the row), so
+        the cancellation sees what that cycle handed out, and the owner's next cycle waits
+        for the cancellation. SQLite has no row locks: an update that changes nothing takes
+        the database's write lock, which orders the two the same way."""
         connection = connections[using]
         q = sqlb.quoter(connection)
-        return sqlb.execute(
+        where = (f"WHERE {q('consumer_group')} = %s AND {q('topic')} = %s "
+                 f"AND {q('partition_key')} = %s")
+        if connection.vendor == "sqlite":
+            return sqlb.execute(
+                connection,
+                f"UPDATE {q('queue_partition_leases')} "  # noqa: S608 - names quoted, values bound
+                f"SET {q('cancellations')} = {q('cancellations')} {where}",
+                [group, topic, partition],
+            ) > 0
+        return bool(sqlb.fetch_all(
+            connection,
+            f"SELECT 1 FROM {sqlb.locked_table(connection, 'queue_partition_leases')} "  # noqa: S608 - names quoted, values bound
+            f"{where}{vendor.for_update_sql(connection)}",
+            [group, topic, partition],
+        ))
+
+    def note_cancellation(self, group: str, topic: str, partition: str, using: str) -> None:
+        """Bump the row's count of cancellations (the caller holds it locked): the owner's
+        next fence reads it and rebuilds its window without the cancelled message."""
+        connection = connections[using]
+        q = sqlb.quoter(connection)
+        sqlb.execute(
             connection,
             f"UPDATE {sqlb.locked_table(connection, 'queue_partition_leases')} "  # noqa: S608 - names quoted, values bound
             f"SET {q('cancellations')} = {q('cancellations')} + 1 "
             f"WHERE {q('consumer_group')} = %s AND {q('topic')} = %s AND {q('partition_key')} = %s",
             [group, topic, partition],
-        ) > 0
+        )
 
     def groups_of_partition(self, topic: str, partition: str, using: str) -> list[str]:
         """The consumer groups with a lease row for the partition (worker groups; a Spark
