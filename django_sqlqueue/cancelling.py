@@ -185,11 +185,10 @@ def _cancel_for(group: str, message: _Message, *, explicit: bool, by: str, using
         return CancelStatus.RUNNING
     DeliveryState.objects.cancel(group, message.topic, message.ref, CANCELLED_MARK, using)
     PartitionLease.objects.note_cancellation(group, message.topic, message.partition, using)
-    if message.key:
-        _release_key(group, message, using)
-    # Wakes the group's idle workers within a poll interval (the lease row's count alone
-    # is read only by a poll cycle, which an idle worker does not run).
-    GroupControl.objects.nudge(group, message.topic, by, using)
+    if message.key and _release_key(group, message, using):
+        # The key's next message is due now, which the group's workers cannot know: wake
+        # them (they reload their windows of the topic within a poll interval).
+        GroupControl.objects.nudge(group, message.topic, by, using)
     return CancelStatus.CANCELLED
 
 
@@ -199,16 +198,17 @@ def _done_or_cancelled(group: str, message: _Message, using: str) -> CancelStatu
     return CancelStatus.CANCELLED if cancelled else CancelStatus.DONE
 
 
-def _release_key(group: str, message: _Message, using: str) -> None:
+def _release_key(group: str, message: _Message, using: str) -> bool:
     """Strict mode: the key's next parked message waited for the cancelled one (or for
-    nothing the group still keeps): let it go, as a worker does when a key's head is done."""
+    nothing the group still keeps): let it go, as a worker does when a key's head is done.
+    Returns whether it did."""
     if DeliveryState.objects.key_in_window(group, message.topic, message.partition,
                                            message.key, using):
-        return  # the worker releases it when the message it keeps is done
+        return False  # the worker releases it when the message it keeps is done
     heads = waiting.key_heads(group, message.topic, [(message.partition, message.key)], using)
     head = heads.get((message.partition, message.key))
     if head is None or head.state != waiting.PARKED_BEHIND:
-        return
+        return False
     ref = MessageRef(head.partition, head.offset)
     waiting.promote(group, message.topic, [ref], using)
     # It waited with the cancelled message's due time: now it is due at its own.
@@ -216,6 +216,7 @@ def _release_key(group: str, message: _Message, using: str) -> None:
                   .values_list("deliver_at", flat=True).first()) or 0
     DeliveryState.objects.make_due(group, message.topic, ref,
                                    max(int(deliver_at), database_now_ms(using)), using)
+    return True
 
 
 
