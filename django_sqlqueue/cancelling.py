@@ -32,7 +32,7 @@ from .models import (
 from .models.cancellations import ALL_GROUPS
 from .models.delivery import MessageRef
 from .models.fields import ID_LENGTH, KEY_LENGTH
-from .operations.errors import OperationError, UnknownMessage, UnknownSubscription
+from .operations.errors import AmbiguousMessage, UnknownMessage, UnknownSubscription
 from .operations.names import check_name, database_now_ms, require_registered
 from .sequencing import sequence_all
 
@@ -42,10 +42,6 @@ CANCELLED_MARK = "cancelled"
 SEQUENCING_WAIT = 5.0
 
 __all__ = ["AmbiguousMessage", "CancelResult", "CancelStatus", "cancel", "skip_cancelled"]
-
-
-class AmbiguousMessage(OperationError):
-    """The id names messages under several keys of the topic: pass ``key=``."""
 
 
 class CancelStatus(enum.StrEnum):
@@ -193,8 +189,7 @@ def _cancel_for(group: str, message: _Message, *, explicit: bool, by: str, using
 
 
 def _done_or_cancelled(group: str, message: _Message, using: str) -> CancelStatus:
-    cancelled = Cancellation.objects.using(using).filter(
-        topic=message.topic, message_offset=message.offset, consumer_group=group).exists()
+    cancelled = Cancellation.objects.recorded_for(message.topic, message.offset, group, using)
     return CancelStatus.CANCELLED if cancelled else CancelStatus.DONE
 
 

@@ -11,9 +11,13 @@ import pytest
 
 import django_sqlqueue as sqlqueue
 from django_sqlqueue import CancelStatus
-from django_sqlqueue.cancelling import AmbiguousMessage
 from django_sqlqueue.models import Cancellation, DeliveryState, QueueMessage
-from django_sqlqueue.operations import AlreadyHandled, UnknownMessage, UnknownSubscription
+from django_sqlqueue.operations import (
+    AlreadyHandled,
+    AmbiguousMessage,
+    UnknownMessage,
+    UnknownSubscription,
+)
 from django_sqlqueue.operations.control import deliver_now
 from django_sqlqueue.sequencing import sequence_all
 from tests.testapp.models import Handled

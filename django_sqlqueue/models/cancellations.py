@@ -48,10 +48,11 @@ class CancellationManager(models.Manager["Cancellation"]):
             params,
         )
 
-    def cancelled_for(self, topic: str, offset: int, group: str, using: str) -> bool:
-        """Whether the message was cancelled for ``group`` (itself or as one of all)."""
+    def recorded_for(self, topic: str, offset: int, group: str, using: str) -> bool:
+        """Whether the message's cancellation for ``group`` is recorded (in its own name:
+        a group registered when it was cancelled for all may have been running it)."""
         return self.using(using).filter(topic=topic, message_offset=offset,
-                                        consumer_group__in=[group, ALL_GROUPS]).exists()
+                                        consumer_group=group).exists()
 
     def of_message(self, topic: str, offset: int, using: str) -> list[Cancellation]:
         return list(self.using(using).filter(topic=topic, message_offset=offset)
