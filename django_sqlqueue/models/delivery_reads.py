@@ -104,7 +104,7 @@ class DeliveryReads(models.Manager[Any]):
         branch = (
             f"SELECT d.{q('partition_key')} AS part, {select_columns(connection, 'm')}, "  # noqa: S608 - names quoted, values bound
             f"d.{q('retry_count')} AS d_retries, d.{q('invisible_until')} AS d_invisible, "
-            f"d.{q('last_error')} AS d_error "
+            f"d.{q('last_error')} AS d_error, d.{q('in_flight')} AS d_in_flight "
             f"FROM {q('queue_delivery_state')} d JOIN {q('queue_messages')} m "
             f"ON m.{q('offset')} = d.{q('message_offset')} "
             f"WHERE d.{q('consumer_group')} = %s AND d.{q('topic')} = %s "
@@ -119,9 +119,10 @@ class DeliveryReads(models.Manager[Any]):
                 params += [group, topic, partition, *windows[partition]]
             for values in sqlb.fetch_all(connection, sqlb.union_all([branch] * len(partitions)),
                                          params):
-                partition, *message, retries, invisible, error = values
+                partition, *message, retries, invisible, error, in_flight = values
                 result.append(ReadRow(partition, message_row(message),
-                                      DeliveryRow(False, int(retries), int(invisible), error or "")))
+                                      DeliveryRow(False, int(retries), int(invisible), error or "",
+                                                  bool(in_flight))))
         result.sort(key=lambda row: row.message.position or 0)
         return result
 

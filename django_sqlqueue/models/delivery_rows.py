@@ -27,6 +27,9 @@ class DeliveryRow(NamedTuple):
     retry_count: int  # NEVER_DELIVERED, or redeliveries so far (attempt = retry_count + 1)
     invisible_until: int  # epoch ms, database clock
     last_error: str
+    # Handed to a handler that has reported no outcome yet (read where it matters: the
+    # window a worker rebuilds).
+    in_flight: bool = False
 
 
 class ReadRow(NamedTuple):

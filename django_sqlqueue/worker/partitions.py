@@ -236,9 +236,11 @@ class Partition(Parking):
             behind = entry.key in self.key_queues
         if entry.attempts == 0 and self._waits_long(entry, now_ms, behind):
             return self._park_new(entry, PARKED_BEHIND if behind else PARKED_DUE)
-        if entry.attempts > 0:
+        if entry.attempts > 0 and not (delivery is not None and delivery.in_flight):
             # Delivered before (a rebuilt window): it may be running here, which only the
-            # caller knows; park_retries() parks it if it just waits out a backoff.
+            # caller knows; park_retries() parks it if it just waits out a backoff. One
+            # whose handler has reported nothing stays: its outcome may be on its way here
+            # (a window rebuilt after a cancellation, say), and must find it.
             self._retried.append(entry)
         self.entries[entry.offset] = entry
         self._order.append(entry.offset)
