@@ -95,7 +95,7 @@ def test_a_message_cancelled_for_all_groups_before_any_registered_is_skipped_by_
                what="GC collecting the cancelled message", watch=[worker])
     # Each group skipped it in its own name; once the message is gone, so are the records.
     wait_until(lambda: not Cancellation.objects.filter(message_offset=doomed.offset).exists(),
-               what="the records of the collected message pruned", watch=[worker])
+               timeout=40, what="the records of the collected message pruned", watch=[worker])
 
 
 def test_a_message_cancelled_for_all_groups_never_runs_and_is_collected(workers):
