@@ -12,6 +12,7 @@ from importlib import import_module
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from .cancelling import CancelResult, CancelStatus, cancel
     from .consuming.backoff import ExponentialBackoff
     from .consuming.message import Message
     from .consuming.registry import subscriber
@@ -27,6 +28,9 @@ if TYPE_CHECKING:
     from .publishing import StoredMessage, publish, publish_many
 
 _LAZY = {
+    "CancelResult": "django_sqlqueue.cancelling",
+    "CancelStatus": "django_sqlqueue.cancelling",
+    "cancel": "django_sqlqueue.cancelling",
     **dict.fromkeys(["ConfigurationError", "DeadLetter", "InvalidMessage", "LeaseLost", "Retry",
                      "SQLQueueError", "TopicNotDrained"], "django_sqlqueue.exceptions"),
     "ExponentialBackoff": "django_sqlqueue.consuming.backoff",
@@ -38,6 +42,8 @@ _LAZY = {
 }
 
 __all__ = [
+    "CancelResult",
+    "CancelStatus",
     "ConfigurationError",
     "DeadLetter",
     "ExponentialBackoff",
@@ -48,6 +54,7 @@ __all__ = [
     "SQLQueueError",
     "StoredMessage",
     "TopicNotDrained",
+    "cancel",
     "publish",
     "publish_many",
     "schedules",

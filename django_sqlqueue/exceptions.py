@@ -45,6 +45,10 @@ class DeadLetter(SQLQueueError):  # noqa: N818 - raised by handlers as a verb
         self.reason = reason
 
 
+class Cancelled(SQLQueueError):  # noqa: N818 - the error a cancelled task's result shows
+    """A task was cancelled before it started (its result reads FAILED with this error)."""
+
+
 class TopicNotDrained(SQLQueueError):
     """repartition() refused: sequenced messages of the topic are not consumed yet.
 

@@ -10,6 +10,7 @@ from django.db import IntegrityError, connection, transaction
 
 from django_sqlqueue.models import (
     ArchiveMark,
+    Cancellation,
     ConsumerOffset,
     DeliveryState,
     GroupControl,
@@ -45,6 +46,7 @@ TABLES = {
     "queue_throughput": Throughput,
     "queue_task_results": TaskResultRecord,
     "queue_archive": ArchiveMark,
+    "queue_cancellations": Cancellation,
     "queue_schedules": Schedule,
 }
 

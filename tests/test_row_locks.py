@@ -98,7 +98,7 @@ def test_a_poll_cycles_statements_do_not_wait_for_another_workers_partitions(oth
     set_lock_timeout(connection, 2)
     refs = [MessageRef("0", partition_offset("0", n)) for n in range(ROWS)]
     with transaction.atomic():
-        owned, seen = PartitionLease.objects.fence(WORKER, TOKEN, [(GROUP, TOPIC, "0")],
+        owned, seen, _ = PartitionLease.objects.fence(WORKER, TOKEN, [(GROUP, TOPIC, "0")],
                                                    "default")
         assert owned == {(GROUP, TOPIC, "0"): 1}
         assert seen == {(GROUP, TOPIC, "0")}

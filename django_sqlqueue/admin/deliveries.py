@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..conf import get_settings
-from ..models import ConsumerOffset, DeliveryState, QueueMessage
+from ..models import Cancellation, ConsumerOffset, DeliveryState, QueueMessage
 from ..models.delivery import NEVER_DELIVERED
 from .display import when
 
@@ -13,7 +13,7 @@ from .display import when
 @dataclass(frozen=True)
 class GroupDelivery:
     group: str
-    state: str  # acked, dead-lettered, in flight, retrying, waiting, not read yet, not sequenced
+    state: str  # acked, cancelled, dead-lettered, in flight, retrying, waiting, not read yet, ...
     attempts: int | None
     invisible_until: int | None  # epoch ms
     last_error: str
@@ -46,6 +46,8 @@ def deliveries(message: QueueMessage, now_ms: int) -> list[GroupDelivery]:
             topic=message.topic + get_settings().dlq_suffix, message_key=message.message_key,
             message_id__in=[f"{group}:{message.offset}" for group in groups])
         .values_list("message_id", "offset")) if groups else {}
+    cancelled = {c.consumer_group: c for c in Cancellation.objects.of_message(
+        message.topic, message.offset, using)}
     result = []
     for group in groups:
         row = rows.get(group)
@@ -62,7 +64,9 @@ def deliveries(message: QueueMessage, now_ms: int) -> list[GroupDelivery]:
         elif copy is not None:
             state = "dead-lettered"
         elif (row is not None and row.acked) or message.position <= watermarks.get(group, 0):
-            state = "acked"
+            record = cancelled.get(group)
+            state = "acked" if record is None else (
+                f"cancelled by {record.cancelled_by or '?'} at {when(record.cancelled_at)}")
         elif row is None:
             state = "not read yet" if message.deliver_at <= now_ms else "delayed"
             waiting = message.deliver_at > now_ms

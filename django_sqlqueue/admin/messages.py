@@ -12,12 +12,17 @@ from django.urls import path, reverse
 from django.views.decorators.http import require_POST
 
 from .. import operations
-from ..models import LogSequencer, QueueMessage
+from ..cancelling import CancelResult, CancelStatus, cancel
+from ..models import Cancellation, LogSequencer, QueueMessage
+from ..models.cancellations import ALL_GROUPS
 from .actions import record
 from .deliveries import deliveries
 from .display import pre, pretty_json, when
 from .filters import PartitionFilter, TopicFilter
 from .paginator import CappedPaginator
+
+# Messages one "cancel" action handles at most (each is a short transaction of its own).
+MAX_CANCEL = 1000
 
 
 @admin.register(QueueMessage)
@@ -35,6 +40,7 @@ class QueueMessageAdmin(admin.ModelAdmin):
     list_per_page = 50
     change_list_template = "admin/django_sqlqueue/change_list.html"
     change_form_template = "admin/django_sqlqueue/message_change_form.html"
+    actions = ("cancel_messages",)
     fields = ("offset", "topic", "partition", "key", "message_id", "position", "published",
               "due", "dead_letter_of", "payload_pretty", "headers_pretty")
     readonly_fields = fields
@@ -64,6 +70,10 @@ class QueueMessageAdmin(admin.ModelAdmin):
         if message is not None:
             now_ms = LogSequencer.objects.head(message._state.db or "default")[2]
             context["sqlqueue_deliveries"] = deliveries(message, now_ms)
+            context["sqlqueue_cancelled_for_all"] = next(
+                (c for c in Cancellation.objects.of_message(
+                    message.topic, message.offset, message._state.db or "default")
+                 if c.consumer_group == ALL_GROUPS), None)
             context["sqlqueue_can_deliver"] = self.has_deliver_permission(request)
             context["sqlqueue_deliver_url"] = reverse(
                 "admin:django_sqlqueue_queuemessage_deliver", args=[message.offset])
@@ -102,6 +112,36 @@ class QueueMessageAdmin(admin.ModelAdmin):
 
     def has_deliver_permission(self, request: HttpRequest) -> bool:
         return request.user.has_perm("django_sqlqueue.deliver_message")
+
+    def has_cancel_permission(self, request: HttpRequest) -> bool:
+        return request.user.has_perm("django_sqlqueue.cancel_message")
+
+    @admin.action(description="Cancel selected messages (for every consumer group)",
+                  permissions=["cancel"])
+    def cancel_messages(self, request: HttpRequest, queryset: Any) -> None:
+        """Cancel each selected message that has not started, for all groups (those that
+        register later too); a message already running is left alone and reported."""
+        by = f"admin:{request.user.get_username()}"
+        cancelled: list[tuple[QueueMessage, CancelResult]] = []
+        started: list[tuple[QueueMessage, CancelResult]] = []
+        for message in queryset[:MAX_CANCEL]:
+            try:
+                result = cancel(message.topic, message.message_id, key=message.message_key,
+                                by=by, using=message._state.db or "default")
+            except operations.OperationError as exc:
+                messages.error(request, f"Message {message.offset}: {exc}")
+                continue
+            (cancelled if result.cancelled else started).append((message, result))
+        if cancelled:
+            record(request, QueueMessage,
+                   f"Cancelled {len(cancelled)} message(s) for every consumer group: "
+                   + ", ".join(str(m.offset) for m, _ in cancelled) + ".")
+        for message, result in started:
+            groups = ", ".join(f"{g} {s}" for g, s in sorted(result.groups.items())
+                               if s is not CancelStatus.CANCELLED)
+            messages.warning(request, f"Message {message.offset} was not cancelled for every "
+                             f"group (started or handled already: {groups}); groups that had "
+                             "not started it skip it.")
 
     # ----------------------------------------------------------------- columns
 

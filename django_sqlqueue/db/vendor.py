@@ -102,6 +102,11 @@ def skip_locked_sql(connection: Vendored) -> str:
     return " FOR UPDATE SKIP LOCKED"
 
 
+def for_update_sql(connection: Vendored) -> str:
+    """An exclusive row lock, waited for (SQLite: the transaction's database lock)."""
+    return "" if connection.vendor == "sqlite" else " FOR UPDATE"
+
+
 def for_share_sql(connection: Vendored, skip_locked: bool = False) -> str:
     """A shared row lock that blocks writers (used to fence lease ownership); with
     ``skip_locked``, rows another transaction holds are passed over instead of waited for."""

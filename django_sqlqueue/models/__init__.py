@@ -6,6 +6,7 @@ them with the Django connection; the other managers hold their table's SQL thems
 """
 
 from .archive import ArchiveMark
+from .cancellations import Cancellation
 from .controls import GroupControl
 from .delivery import DeliveryState
 from .heartbeats import SubscriberHeartbeat
@@ -23,6 +24,7 @@ from .topics import Topic
 
 __all__ = [
     "ArchiveMark",
+    "Cancellation",
     "ConsumerOffset",
     "DeadLetter",
     "DeliveryState",

@@ -6,11 +6,11 @@ from __future__ import annotations
 from django.db import models
 
 from .delivery_reads import DeliveryReads
-from .delivery_rows import NEVER_DELIVERED, DeliveryRow, Hold, MessageRef, ReadRow
+from .delivery_rows import NEVER_DELIVERED, CancelView, DeliveryRow, Hold, MessageRef, ReadRow
 from .delivery_writes import DeliveryWrites
 from .fields import GROUP_LENGTH, KEY_LENGTH, TOPIC_LENGTH
 
-__all__ = ["NEVER_DELIVERED", "DeliveryRow", "DeliveryState", "DeliveryStateManager", "Hold",
+__all__ = ["NEVER_DELIVERED", "CancelView", "DeliveryRow", "DeliveryState", "DeliveryStateManager", "Hold",
            "MessageRef", "ReadRow"]
 
 
@@ -50,6 +50,10 @@ class DeliveryState(models.Model):
     parked = models.SmallIntegerField(db_default=0)
     message_key = models.CharField(max_length=KEY_LENGTH, blank=True, db_default="")
     message_position = models.BigIntegerField(db_default=0)
+    # The latest delivery was handed to a handler and has reported no outcome yet (running
+    # until invisible_until): what tells a cancellation "already running" from a retry
+    # waiting out its backoff, whose rows otherwise look alike.
+    in_flight = models.BooleanField(db_default=False)
 
     objects = DeliveryStateManager()
 

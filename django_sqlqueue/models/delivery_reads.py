@@ -11,7 +11,7 @@ from django.db import connections, models
 
 from ..db import sql as sqlb
 from ..db import vendor
-from .delivery_rows import DeliveryRow, MessageRef, ReadRow, refs_sql
+from .delivery_rows import CancelView, DeliveryRow, MessageRef, ReadRow, refs_sql
 from .messages import message_row, select_columns
 
 
@@ -104,7 +104,7 @@ class DeliveryReads(models.Manager[Any]):
         branch = (
             f"SELECT d.{q('partition_key')} AS part, {select_columns(connection, 'm')}, "  # noqa: S608 - names quoted, values bound
             f"d.{q('retry_count')} AS d_retries, d.{q('invisible_until')} AS d_invisible, "
-            f"d.{q('last_error')} AS d_error "
+            f"d.{q('last_error')} AS d_error, d.{q('in_flight')} AS d_in_flight "
             f"FROM {q('queue_delivery_state')} d JOIN {q('queue_messages')} m "
             f"ON m.{q('offset')} = d.{q('message_offset')} "
             f"WHERE d.{q('consumer_group')} = %s AND d.{q('topic')} = %s "
@@ -119,9 +119,10 @@ class DeliveryReads(models.Manager[Any]):
                 params += [group, topic, partition, *windows[partition]]
             for values in sqlb.fetch_all(connection, sqlb.union_all([branch] * len(partitions)),
                                          params):
-                partition, *message, retries, invisible, error = values
+                partition, *message, retries, invisible, error, in_flight = values
                 result.append(ReadRow(partition, message_row(message),
-                                      DeliveryRow(False, int(retries), int(invisible), error or "")))
+                                      DeliveryRow(False, int(retries), int(invisible), error or "",
+                                                  bool(in_flight))))
         result.sort(key=lambda row: row.message.position or 0)
         return result
 
@@ -149,6 +150,36 @@ class DeliveryReads(models.Manager[Any]):
                     connection, sqlb.union_all([acked, in_flight] * len(batch)), params):
                 counts[(group, topic)][int(kind)] = int(n)
         return {pair: (n[0], n[1]) for pair, n in counts.items()}
+
+    def cancel_view(self, group: str, topic: str, ref: MessageRef, using: str
+                    ) -> CancelView | None:
+        """The group's delivery row of one message, as a cancellation judges it."""
+        row = (self.using(using)
+               .filter(consumer_group=group, topic=topic, partition_key=ref.partition,
+                       message_offset=ref.offset)
+               .values_list("acked", "retry_count", "invisible_until", "last_error",
+                            "in_flight", "parked").first())
+        if row is None:
+            return None
+        acked, retries, invisible, error, in_flight, parked = row
+        return CancelView(bool(acked), int(retries), int(invisible), error or "",
+                          bool(in_flight), int(parked))
+
+    def key_in_window(self, group: str, topic: str, partition: str, key: str,
+                      using: str) -> bool:
+        """Whether the group keeps an unacked message of ``key`` in its window (a row not
+        parked): in strict mode the key's parked messages wait for it."""
+        connection = connections[using]
+        q = sqlb.quoter(connection)
+        return bool(sqlb.fetch_all(
+            connection,
+            f"SELECT 1 FROM {q('queue_delivery_state')} d JOIN {q('queue_messages')} m "  # noqa: S608 - names quoted, values bound
+            f"ON m.{q('offset')} = d.{q('message_offset')} "
+            f"WHERE d.{q('consumer_group')} = %s AND d.{q('topic')} = %s "
+            f"AND d.{q('partition_key')} = %s AND d.{q('acked')} = {vendor.false_sql(connection)} "
+            f"AND d.{q('parked')} = 0 AND m.{q('message_key')} = %s LIMIT 1",
+            [group, topic, partition, key],
+        ))
 
     def groups_of(self, topic: str, using: str) -> list[str]:
         """The groups with delivery rows of ``topic``."""

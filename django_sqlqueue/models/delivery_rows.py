@@ -27,6 +27,9 @@ class DeliveryRow(NamedTuple):
     retry_count: int  # NEVER_DELIVERED, or redeliveries so far (attempt = retry_count + 1)
     invisible_until: int  # epoch ms, database clock
     last_error: str
+    # Handed to a handler that has reported no outcome yet (read where it matters: the
+    # window a worker rebuilds).
+    in_flight: bool = False
 
 
 class ReadRow(NamedTuple):
@@ -35,6 +38,25 @@ class ReadRow(NamedTuple):
     partition: str
     message: MessageRow
     delivery: DeliveryRow | None
+
+
+class CancelView(NamedTuple):
+    """A group's delivery row of one message, as a cancellation judges it."""
+
+    acked: bool
+    retry_count: int
+    invisible_until: int  # epoch ms, database clock
+    last_error: str
+    in_flight: bool
+    parked: int
+
+    def running(self, now_ms: int) -> bool:
+        """Handed to a handler whose outcome is not recorded yet, and not given up on (its
+        visibility has not run out). Rows written before ``in_flight`` existed count as
+        running on their first attempt."""
+        return (not self.acked and self.retry_count > NEVER_DELIVERED
+                and self.invisible_until > now_ms
+                and (self.in_flight or self.last_error == ""))
 
 
 class Hold(NamedTuple):

@@ -31,11 +31,12 @@ class DeliveryWrites(models.Manager[Any]):
             return
         connection = connections[using]
         q = sqlb.quoter(connection)
-        false = vendor.false_sql(connection)
-        columns = ", ".join(q(c) for c in (*_PK, "acked", "invisible_until", "retry_count", "last_error"))
-        values = ", ".join([f"(%s, %s, %s, %s, {false}, %s, 0, '')"] * len(refs))
+        false, true = vendor.false_sql(connection), vendor.true_sql(connection)
+        columns = ", ".join(q(c) for c in (*_PK, "acked", "invisible_until", "retry_count",
+                                           "last_error", "in_flight"))
+        values = ", ".join([f"(%s, %s, %s, %s, {false}, %s, 0, '', {true})"] * len(refs))
         tail = sqlb.on_conflict_update(connection, "queue_delivery_state", _PK, {
-            "retry_count": "{old} + 1", "invisible_until": "{new}",
+            "retry_count": "{old} + 1", "invisible_until": "{new}", "in_flight": "{new}",
         })
         params: list[object] = []
         for partition, offset in refs:
@@ -93,7 +94,8 @@ class DeliveryWrites(models.Manager[Any]):
         return sqlb.execute(
             connection,
             f"UPDATE {q('queue_delivery_state')} SET {q('invisible_until')} = %s, "  # noqa: S608 - names quoted, values bound
-            f"{q('last_error')} = %s WHERE {q('consumer_group')} = %s AND {q('topic')} = %s "
+            f"{q('last_error')} = %s, {q('in_flight')} = {vendor.false_sql(connection)} "
+            f"WHERE {q('consumer_group')} = %s AND {q('topic')} = %s "
             f"AND {q('partition_key')} = %s AND {q('message_offset')} = %s "
             f"AND {q('acked')} = {vendor.false_sql(connection)}",
             [invisible_until, storable_error(error), group, topic, *ref],
@@ -108,12 +110,34 @@ class DeliveryWrites(models.Manager[Any]):
         return sqlb.execute(
             connection,
             f"UPDATE {q('queue_delivery_state')} SET {q('invisible_until')} = %s, "  # noqa: S608 - names quoted, values bound
-            f"{q('retry_count')} = {q('retry_count')} - 1 "
+            f"{q('retry_count')} = {q('retry_count')} - 1, "
+            f"{q('in_flight')} = {vendor.false_sql(connection)} "
             f"WHERE {q('consumer_group')} = %s AND {q('topic')} = %s "
             f"AND {q('partition_key')} = %s AND {q('message_offset')} = %s "
             f"AND {q('acked')} = {vendor.false_sql(connection)} "
             f"AND {q('retry_count')} > {NEVER_DELIVERED}",
             [now_ms, group, topic, *ref],
+        )
+
+    def cancel(self, group: str, topic: str, ref: MessageRef, mark: str, using: str) -> None:
+        """Mark a message done for the group without running it (a cancellation): its
+        row, written if it had none, is acked, so no worker of the group hands it out, the
+        watermark passes it, and GC collects it (parked or not). The caller holds the
+        partition's lease row locked and has checked that the message is not running;
+        ``mark`` goes in ``last_error``, telling a cancelled message from a handled one."""
+        connection = connections[using]
+        q = sqlb.quoter(connection)
+        false, true = vendor.false_sql(connection), vendor.true_sql(connection)
+        columns = ", ".join(q(c) for c in (*_PK, "acked", "invisible_until", "retry_count",
+                                           "last_error", "in_flight"))
+        tail = sqlb.on_conflict_update(connection, "queue_delivery_state", _PK, {
+            "acked": "{new}", "in_flight": "{new}", "last_error": "{new}",
+        })
+        sqlb.execute(
+            connection,
+            f"INSERT INTO {q('queue_delivery_state')} ({columns}) "  # noqa: S608 - names quoted, values bound
+            f"VALUES (%s, %s, %s, %s, {true}, 0, {NEVER_DELIVERED}, %s, {false}){tail}",
+            [group, topic, *ref, mark],
         )
 
     def extend(self, group: str, topic: str, refs: Sequence[MessageRef], invisible_until: int,

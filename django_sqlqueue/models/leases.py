@@ -1,7 +1,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 from django.db import connections, models, transaction
 
@@ -14,14 +14,23 @@ from .partitioned import PartitionRowsManager
 Owned = dict[tuple[str, str, str], int]
 
 
+class Fenced(NamedTuple):
+    """What a fence read: the partitions still this worker's (with their generations),
+    every partition whose row was read, and each one's count of cancellations."""
+
+    owned: Owned
+    seen: set[tuple[str, str, str]]
+    cancellations: dict[tuple[str, str, str], int]
+
+
 class PartitionLeaseManager(PartitionRowsManager):
     """SQL for ``queue_partition_leases``: create, acquire, renew, fence, release."""
 
     def fence(self, worker: str, token: str, held: Sequence[tuple[str, str, str]],
-              using: str) -> tuple[Owned, set[tuple[str, str, str]]]:
+              using: str) -> Fenced:
         """Share-lock the lease rows of ``held`` partitions; return those still leased to
-        this worker process (its name and token), with their generations, and every
-        partition whose row was read.
+        this worker process (its name and token), with their generations, every
+        partition whose row was read, and each one's count of cancellations.
 
         Run first in a transaction: until it commits nobody can take these partitions, so
         every later statement in it writes only on behalf of partitions still owned. The
@@ -31,7 +40,7 @@ class PartitionLeaseManager(PartitionRowsManager):
         for: that partition sits this cycle out, and the others go on.
         """
         if not held:
-            return {}, set()
+            return Fenced({}, set(), {})
         connection = connections[using]
         q = sqlb.quoter(connection)
         by_subscription: dict[tuple[str, str], list[str]] = {}
@@ -39,12 +48,13 @@ class PartitionLeaseManager(PartitionRowsManager):
             by_subscription.setdefault((group, topic), []).append(key)
         owned: Owned = {}
         seen: set[tuple[str, str, str]] = set()
+        cancellations: dict[tuple[str, str, str], int] = {}
         for (group, topic), keys in by_subscription.items():
             for batch in sqlb.chunks(keys, 1000):
                 rows = sqlb.fetch_all(
                     connection,
                     f"SELECT {q('partition_key')}, {q('leased_by')}, {q('lease_token')}, "  # noqa: S608 - names quoted, values bound
-                    f"{q('generation')} "
+                    f"{q('generation')}, {q('cancellations')} "
                     f"FROM {sqlb.locked_table(connection, 'queue_partition_leases')} "
                     f"WHERE {q('consumer_group')} = %s "
                     f"AND {q('topic')} = %s AND {q('partition_key')} IN "
@@ -57,7 +67,52 @@ class PartitionLeaseManager(PartitionRowsManager):
                     {(group, topic, r[0]): int(r[3]) for r in rows
                      if r[1] == worker and r[2] == token}
                 )
-        return owned, seen
+                cancellations.update({(group, topic, r[0]): int(r[4]) for r in rows})
+        return Fenced(owned, seen, cancellations)
+
+    def lock_for_cancel(self, group: str, topic: str, partition: str, using: str) -> bool:
+        """Lock one lease row for a cancellation; False when the row does not exist.
+
+        The lock waits for the owner's poll cycle to commit (it share-locks the row), so
+        the cancellation sees what that cycle handed out, and the owner's next cycle waits
+        for the cancellation. SQLite has no row locks: an update that changes nothing takes
+        the database's write lock, which orders the two the same way."""
+        connection = connections[using]
+        q = sqlb.quoter(connection)
+        where = (f"WHERE {q('consumer_group')} = %s AND {q('topic')} = %s "
+                 f"AND {q('partition_key')} = %s")
+        if connection.vendor == "sqlite":
+            return sqlb.execute(
+                connection,
+                f"UPDATE {q('queue_partition_leases')} "  # noqa: S608 - names quoted, values bound
+                f"SET {q('cancellations')} = {q('cancellations')} {where}",
+                [group, topic, partition],
+            ) > 0
+        return bool(sqlb.fetch_all(
+            connection,
+            f"SELECT 1 FROM {sqlb.locked_table(connection, 'queue_partition_leases')} "  # noqa: S608 - names quoted, values bound
+            f"{where}{vendor.for_update_sql(connection)}",
+            [group, topic, partition],
+        ))
+
+    def note_cancellation(self, group: str, topic: str, partition: str, using: str) -> None:
+        """Bump the row's count of cancellations (the caller holds it locked): the owner's
+        next fence reads it and rebuilds its window without the cancelled message."""
+        connection = connections[using]
+        q = sqlb.quoter(connection)
+        sqlb.execute(
+            connection,
+            f"UPDATE {sqlb.locked_table(connection, 'queue_partition_leases')} "  # noqa: S608 - names quoted, values bound
+            f"SET {q('cancellations')} = {q('cancellations')} + 1 "
+            f"WHERE {q('consumer_group')} = %s AND {q('topic')} = %s AND {q('partition_key')} = %s",
+            [group, topic, partition],
+        )
+
+    def groups_of_partition(self, topic: str, partition: str, using: str) -> list[str]:
+        """The consumer groups with a lease row for the partition (worker groups; a Spark
+        stream has none), in key order."""
+        return sorted(self.using(using).filter(topic=topic, partition_key=partition)
+                      .values_list("consumer_group", flat=True))
 
     def ensure_partitions(self, group: str, topic: str, partitions: Sequence[str],
                           using: str) -> None:
@@ -234,6 +289,9 @@ class PartitionLease(models.Model):
     lease_renewed_at = models.BigIntegerField(default=0)  # epoch ms, database clock
     generation = models.BigIntegerField(default=0)
     lease_token = models.CharField(max_length=32, blank=True, db_default="")
+    # Bumped by every cancellation of a message of the partition, under this row's lock:
+    # the owner reads it with its fence and rebuilds its window when it moved.
+    cancellations = models.BigIntegerField(db_default=0)
 
     objects = PartitionLeaseManager()
 

@@ -301,6 +301,7 @@ class QueueMessage(models.Model):
         ]
         permissions = [
             ("deliver_message", "Can make a waiting message deliverable now"),
+            ("cancel_message", "Can cancel a message that has not started"),
         ]
 
     def __str__(self) -> str:

@@ -21,6 +21,11 @@ class TopicManager(models.Manager["Topic"]):
         recorded count (:func:`django_sqlqueue.store.topics.record`)."""
         return store_topics.record(django_connection(using), configured)
 
+    def lock(self, topic: str, *, shared: bool, using: str) -> bool:
+        """Lock the topic's row until the transaction ends
+        (:func:`django_sqlqueue.store.topics.lock`)."""
+        return store_topics.lock(django_connection(using), topic, shared=shared)
+
     def set_partitions(self, topic: str, partitions: int, using: str) -> None:
         store_topics.set_partitions(django_connection(using), topic, partitions)
 

@@ -19,6 +19,7 @@ from .dead_letters import (
 )
 from .errors import (
     AlreadyHandled,
+    AmbiguousMessage,
     InvalidFilter,
     OperationError,
     UnknownMessage,
@@ -38,6 +39,7 @@ from .stats import Health, SubscriptionStats, health, overview
 
 __all__ = [
     "AlreadyHandled",
+    "AmbiguousMessage",
     "Collected",
     "DeadLetterFilter",
     "DeadLetterSample",

@@ -21,6 +21,10 @@ class UnknownMessage(OperationError):
     """No message with that offset in that topic (or it is not sequenced yet)."""
 
 
+class AmbiguousMessage(OperationError):
+    """The id names messages of the topic under several keys (ids are unique per key)."""
+
+
 class AlreadyHandled(OperationError):
     """The group has acked (or dead-lettered) that message already."""
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
+from ..db import vendor as db_vendor
 from .connection import Connection
 
 
@@ -22,6 +23,18 @@ def partition_counts(conn: Connection, topics: Sequence[str]) -> dict[str, int]:
         list(topics),
     )
     return {r[0]: int(r[1]) for r in rows}
+
+
+def lock(conn: Connection, topic: str, *, shared: bool) -> bool:
+    """Lock the topic's row until the transaction ends (shared or exclusive); False when
+    it has none. Cancelling a message for all groups takes it exclusively, a group
+    registering for the topic shares it, so one of them sees the other's work."""
+    q = conn.q
+    tail = db_vendor.for_share_sql(conn) if shared else db_vendor.for_update_sql(conn)
+    return bool(conn.fetch_all(
+        f"SELECT 1 FROM {q('queue_topics')} WHERE {q('topic')} = %s{tail}",  # noqa: S608 - names quoted, values bound
+        [topic],
+    ))
 
 
 def unrecorded(conn: Connection, topics: Sequence[str]) -> list[str]:

@@ -10,7 +10,10 @@
 See docs/tasks.md. On Django 5.2 this needs the ``django-tasks`` backport package.
 """
 
+from ..exceptions import Cancelled
 from .backend import InvalidTaskArguments, QueueBackend, QueueTask
+from .cancelling import TaskCancellation
 from .options import task_options
 
-__all__ = ["InvalidTaskArguments", "QueueBackend", "QueueTask", "task_options"]
+__all__ = ["Cancelled", "InvalidTaskArguments", "QueueBackend", "QueueTask", "TaskCancellation",
+           "task_options"]

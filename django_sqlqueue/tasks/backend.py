@@ -26,6 +26,7 @@ from ..models.fields import MAX_TOPIC_LENGTH
 from ..models.task_results import QUEUE_NAME_LENGTH, TASK_PATH_LENGTH
 from ..publishing import publish, publish_new
 from ..rows import decode_json, epoch_ms_to_datetime
+from .cancelling import TaskCancellation, cancel_task
 from .compat import (
     BaseTaskBackend,
     InvalidTask,
@@ -175,6 +176,13 @@ class QueueBackend(BaseTaskBackend):
             task = task.using(run_after=datetime.fromisoformat(payload["run_after"]))
         return _ready_result(task, result_id, payload["args"], payload["kwargs"],
                              epoch_ms_to_datetime(message.published_at), payload["backend"])
+
+    def cancel(self, result_id: str, *, by: str = "") -> TaskCancellation:
+        """Cancel a READY task: it never starts, and its result reads FAILED with a
+        ``django_sqlqueue.exceptions.Cancelled`` error. A task already running or finished
+        is left as it is (``cancelled`` is False; the result's status says which).
+        Raises TaskResultDoesNotExist for an unknown id."""
+        return cancel_task(sorted(self.queues), str(result_id), by or f"tasks:{self.alias}")
 
     def check(self, **kwargs: Any) -> list[CheckMessage]:
         """Nothing here: django_sqlqueue's own system checks report this backend's settings

@@ -24,7 +24,15 @@ from django.db import connections, transaction
 
 from ..conf import get_settings
 from ..db.errors import is_disconnect, is_transient
-from ..models import ArchiveMark, ConsumerOffset, QueueMessage, SubscriberHeartbeat, Throughput, waiting
+from ..models import (
+    ArchiveMark,
+    Cancellation,
+    ConsumerOffset,
+    QueueMessage,
+    SubscriberHeartbeat,
+    Throughput,
+    waiting,
+)
 
 logger = logging.getLogger("django_sqlqueue.worker")
 
@@ -33,6 +41,9 @@ RUN_BUDGET = 2.0  # seconds of deleting per run, at most (one batch may overrun 
 LOCK_TIMEOUT = 1  # seconds a GC statement waits for a row lock before giving up on it
 PRUNE_AFTER_MS = 3_600_000  # heartbeat rows of workers stopped this long ago are pruned
 THROUGHPUT_KEEP_MS = 3 * 3_600_000  # per-minute throughput counters kept (the overview shows 1 h)
+# Seconds between two looks for cancellation records of collected messages: each look
+# reads the whole (small) table, so it does not follow a short GC_INTERVAL.
+CANCELLATIONS_PRUNE_INTERVAL = 10.0
 
 
 def collect_garbage(
@@ -151,6 +162,7 @@ class GarbageCollector:
         self.retention = retention
         self._collected: dict[tuple[str, str], int] = {}
         self._retired: set[tuple[str, str]] = set()
+        self._cancellations_pruned_at: float | None = None  # time.monotonic()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="sqlqueue-gc", daemon=True)
 
@@ -180,6 +192,10 @@ class GarbageCollector:
             now_ms = int(time.time() * 1000)
             SubscriberHeartbeat.objects.prune(now_ms - PRUNE_AFTER_MS, self.using)
             Throughput.objects.prune(now_ms - THROUGHPUT_KEEP_MS, self.using)
+            last = self._cancellations_pruned_at
+            if last is None or time.monotonic() - last >= CANCELLATIONS_PRUNE_INTERVAL:
+                Cancellation.objects.prune_collected(GC_BATCH, self.using)
+                self._cancellations_pruned_at = time.monotonic()
             return deleted
         except Exception as exc:  # noqa: BLE001 - GC must never stop the worker
             if is_transient(exc):

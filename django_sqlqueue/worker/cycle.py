@@ -54,8 +54,9 @@ class PollCycle:
             capacity: int, idle_threads: int) -> CycleResult:
         result = CycleResult()
         with transaction.atomic(using=self.using):
-            owned, seen = PartitionLease.objects.fence(self.worker_name, self.token,
-                                                       list(partitions), self.using)
+            fenced = PartitionLease.objects.fence(self.worker_name, self.token,
+                                                  list(partitions), self.using)
+            owned, seen = fenced.owned, fenced.seen
             # A partition whose lease row another transaction holds sits this cycle out:
             # its outcomes wait, and the leasing finds out soon whether it is still ours.
             result.lost = [p for p in partitions.values()
@@ -64,6 +65,7 @@ class PollCycle:
             held = [p for p in partitions.values()
                     if p.ident in seen and p.ident not in lost]
             sitting_out = {ident for ident in partitions if ident not in seen}
+            _note_cancellations(held, fenced.cancellations)
             self._load([p for p in held if not p.loaded])
             now_ms = self.clock()
             if self.gate is not None:
@@ -155,3 +157,15 @@ class PollCycle:
                                                      self.using)
                 for partition in members:
                     partition.progress_written()
+
+
+def _note_cancellations(partitions: list[Partition], counts: dict[Ident, int]) -> None:
+    """Rebuild the windows of partitions in which a message was cancelled since the last
+    cycle: the rebuild reads the delivery rows, where the cancelled message is acked, so
+    it is never handed out from memory. Read under the fence, the count orders every
+    cancellation before or after this cycle's hand-outs."""
+    for partition in partitions:
+        count = counts.get(partition.ident)
+        if partition.cancellations is not None and count != partition.cancellations:
+            partition.unreliable()
+        partition.cancellations = count

@@ -19,6 +19,7 @@ from collections.abc import Callable, Iterable
 
 from django.db import transaction
 
+from ..cancelling import skip_cancelled
 from ..consuming.registry import Subscription
 from ..models import ConsumerOffset, PartitionLease, SubscriberHeartbeat, Topic
 from ..partitioning import partition_names
@@ -86,6 +87,7 @@ class Leasing:
                 # every message of the topic until the group has acked it.
                 ConsumerOffset.objects.ensure(subscription.group, subscription.topic, names,
                                               self.using)
+                skip_cancelled(subscription.group, subscription.topic, names, self.using)
         self.counts.update(changed)
 
     def maintain(self, now_ms: int, acquire: bool = True) -> None:

@@ -85,6 +85,9 @@ class Partition(Parking):
     _parked_keys: set[str] = field(default_factory=set)
     _key_checks: list[str] = field(default_factory=list)
     parked_keys_possible: bool | None = None
+    # The lease row's count of cancellations when the window was last built or checked:
+    # a cancellation bumps it, and the window is rebuilt without the cancelled message.
+    cancellations: int | None = None
     # Stop fetching, release once in-flight work is done (rebalancing or shutdown).
     draining: bool = False
     # Watermark or cursor moved since they were saved.
@@ -233,9 +236,11 @@ class Partition(Parking):
             behind = entry.key in self.key_queues
         if entry.attempts == 0 and self._waits_long(entry, now_ms, behind):
             return self._park_new(entry, PARKED_BEHIND if behind else PARKED_DUE)
-        if entry.attempts > 0:
+        if entry.attempts > 0 and not (delivery is not None and delivery.in_flight):
             # Delivered before (a rebuilt window): it may be running here, which only the
-            # caller knows; park_retries() parks it if it just waits out a backoff.
+            # caller knows; park_retries() parks it if it just waits out a backoff. One
+            # whose handler has reported nothing stays: its outcome may be on its way here
+            # (a window rebuilt after a cancellation, say), and must find it.
             self._retried.append(entry)
         self.entries[entry.offset] = entry
         self._order.append(entry.offset)

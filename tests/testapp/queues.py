@@ -361,3 +361,26 @@ def unlimited(message: sqlqueue.Message) -> None:
 @sqlqueue.subscriber("paced-keys", group="limits", rate_per_key="10/s", backoff=FAST_RETRY)
 def paced_per_key(message: sqlqueue.Message) -> None:
     _log_run(message)
+
+
+# ------------------------------------------------------------------ cancelled messages
+
+
+@sqlqueue.subscriber("cancels", group="alpha", backoff=FAST_RETRY)
+@sqlqueue.subscriber("cancels", group="beta", backoff=FAST_RETRY)
+@sqlqueue.subscriber("cancels", group="gamma", batch_size=1, backoff=FAST_RETRY)
+def cancellable(message: sqlqueue.Message) -> None:
+    """Records its start (topic "cancels") and its end (topic "cancels.end"): a message
+    either runs to its end or never starts. Group "gamma" runs in strict mode. payload:
+    "sleep" seconds between the two, "retry_in" seconds before a second attempt (asked
+    for on the first)."""
+    record(message)
+    payload = message.payload if isinstance(message.payload, dict) else {}
+    if message.attempt == 1 and payload.get("retry_in") is not None:
+        raise sqlqueue.Retry(delay=float(payload["retry_in"]))
+    time.sleep(float(payload.get("sleep", 0)))
+    Handled.objects.create(
+        group=message.group, topic="cancels.end", key=message.key, offset=message.offset,
+        message_id=message.id, payload=message.payload, attempt=message.attempt,
+        pid=os.getpid(), handled_at=time.time(),
+    )

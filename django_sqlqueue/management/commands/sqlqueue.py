@@ -17,6 +17,7 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db import connections
 
 from django_sqlqueue import operations as ops
+from django_sqlqueue.cancelling import cancel
 from django_sqlqueue.conf import MAX_PARTITIONS, get_settings
 from django_sqlqueue.exceptions import TopicNotDrained
 from django_sqlqueue.groups import GroupInUse, UnknownGroup
@@ -36,6 +37,8 @@ SUBCOMMANDS = {
     "pause": "Stop a consumer group's workers taking new deliveries of a topic.",
     "resume": "Let a paused consumer group go on where it stopped.",
     "deliver-now": "Make a message waiting out a delay or a retry backoff due at once.",
+    "cancel": "Cancel a message that has not started, for one consumer group or for all; "
+              "exit 1 when some group has started or handled it already.",
     "release-leases": "Free the partitions a worker holds; the group rebalances.",
     "gc": "Run garbage collection now and print what it deleted.",
     "repartition": "Change a drained topic's partition count.",
@@ -44,6 +47,7 @@ SUBCOMMANDS = {
 }
 SCHEDULE_ACTIONS = ("list", "pause", "resume", "run-now")
 UNHEALTHY = 1  # exit status of a failed health check
+NOT_CANCELLED = 1  # exit status of a cancel that found the message started for some group
 MAX_INDENT = 16  # spaces per level for stats --json --indent
 
 
@@ -217,6 +221,30 @@ class Command(BaseCommand):
                                   by="manage.py sqlqueue", using=options["database"])
         self.stdout.write(f"message {text}: " + ("deliverable now" if changed else
                                                   "was deliverable already (or is running)"))
+
+    # ----------------------------------------------------------------- cancel
+
+    def add_cancel_arguments(self, parser: ArgumentParser) -> None:
+        parser.add_argument("--topic", required=True)
+        parser.add_argument("--id", required=True, help="The message's id (publish(id=...)).")
+        parser.add_argument("--key", default=None,
+                            help="The message's key, when the id was published under several.")
+        parser.add_argument("--group", default=None,
+                            help="Only this consumer group (default: every group, including "
+                                 "groups that register later).")
+
+    def handle_cancel(self, options: dict[str, Any]) -> None:
+        using = options["database"]
+        self._known_names({"topic": options["topic"]}, using)
+        result = cancel(options["topic"], options["id"], options["group"], key=options["key"],
+                        by="manage.py sqlqueue", using=using)
+        groups = ", ".join(f"{group} {status}" for group, status in sorted(result.groups.items()))
+        later = "groups registering later skip it" if result.for_all_groups else ""
+        self.stdout.write(f"message {result.id!r} (offset {result.offset}) of {result.topic!r}: "
+                          + "; ".join(part for part in (groups, later) if part))
+        if not result.cancelled:
+            raise CommandError("not cancelled for every group: started or handled already",
+                               returncode=NOT_CANCELLED)
 
     # ----------------------------------------------------------------- release-leases
 
