@@ -67,6 +67,10 @@ DEFAULTS: dict[str, Any] = {
     # When set, the metrics view serves only requests with "Authorization: Bearer <token>".
     # None: anyone who can reach the URL (protect it another way).
     "METRICS_TOKEN": None,
+    # PostgreSQL: publishing notifies idle workers, which start the message at once instead
+    # of at their next poll (LISTEN/NOTIFY; one listener connection per worker). Ignored on
+    # other databases. False: polling only.
+    "NOTIFY": True,
 }
 
 MAX_PARTITIONS = 4096  # per topic; lease rows, watermarks and fair share count partitions
@@ -112,6 +116,7 @@ class QueueSettings:
     archive_before_gc: bool
     metrics_cache_seconds: float
     metrics_token: str | None
+    notify: bool
 
     def partitions_for(self, topic: str) -> int:
         """The partition count configured for ``topic`` (the recorded count wins once a

@@ -13,6 +13,7 @@ from typing import Any
 from django.db import router, transaction
 
 from .conf import get_settings
+from .db import notify
 from .encoding import PUBLISH_BATCH_BYTES, ROW_OVERHEAD_BYTES, NewRow, build_row, validate_topic
 from .exceptions import InvalidMessage
 from .models import QueueMessage
@@ -116,6 +117,7 @@ def publish(
     row = build_row(topic, payload, key, id, headers, delay, get_settings().max_payload_bytes)
     alias = using or router.db_for_write(QueueMessage)
     stored = QueueMessage.objects.insert_rows([row], using=alias)
+    notify.announce([topic], alias)
     return StoredMessage.from_row(stored[(row.topic, row.key, row.id)])
 
 
@@ -131,6 +133,7 @@ def publish_new(
     row = row._replace(id_given=False)
     alias = using or router.db_for_write(QueueMessage)
     stored = QueueMessage.objects.insert_rows([row], using=alias)
+    notify.announce([topic], alias)
     return StoredMessage.from_row(stored[(row.topic, row.key, row.id)])
 
 
@@ -171,6 +174,7 @@ def publish_many(
     with transaction.atomic(using=alias):
         for batch in _batches(unique_rows, conf.publish_batch_size, PUBLISH_BATCH_BYTES):
             stored.update(QueueMessage.objects.insert_rows(batch, using=alias))
+        notify.announce([topic], alias)
     return [StoredMessage.from_row(stored[(r.topic, r.key, r.id)]) for r in rows]
 
 
