@@ -25,6 +25,7 @@ from .. import signals
 from ..conf import get_settings
 from ..consuming.message import Message
 from ..consuming.registry import Subscription
+from ..db import notify
 from ..db.errors import is_disconnect, is_transient
 from ..db.vendor import has_row_locks
 from ..logtext import loggable
@@ -47,6 +48,7 @@ from .results import CycleResult
 from .session import SessionBounds
 from .shutdown import drain
 from .startup import Startup
+from .wakeup import Listener
 
 if TYPE_CHECKING:
     from ..metrics.worker import WorkerMetrics
@@ -54,6 +56,10 @@ if TYPE_CHECKING:
 logger = logging.getLogger("django_sqlqueue.worker")
 
 ACQUIRE_INTERVAL = 0.5  # seconds between rebalance checks and lease attempts between renewals
+# Seconds until the next poll when committed messages were left unsequenced because another
+# worker was sequencing them: that worker commits within milliseconds, and waiting a whole
+# poll interval for its positions would make their messages wait two.
+SEQUENCER_BUSY_RETRY = 0.01
 SLOW_CYCLE = 1.0  # seconds; a poll cycle slower than this is logged
 # Exit status of a worker that stopped while handlers were still running after the
 # shutdown grace period (their messages are redelivered after the visibility timeout).
@@ -117,6 +123,8 @@ class Worker:
         self._next_maintain = 0.0
         self._next_acquire = 0.0
         self.collector: GarbageCollector | None = None
+        self.listener: Listener | None = None
+        self._retried_busy = False  # the last poll was an early one after a busy sequencer
         self.startup = Startup(self.name, using, self.leasing, self.session, self.clock,
                                conf.lease_duration + conf.renew_interval)
         self.cycles = 0  # poll cycles run, and the longest one (seconds), logged at stop
@@ -149,6 +157,9 @@ class Worker:
                 self.collector.start()
             for hooks in {id(s.hooks): s.hooks for s in self.subscriptions if s.hooks}.values():
                 hooks.started(self.stopping, self.stop, self.using)
+            if notify.enabled(connections[self.using]):
+                self.listener = Listener(self.topics, self.wake, self.using, self.name)
+                self.listener.start()
             while not self.stopping.is_set():
                 started = time.monotonic()
                 delay = self._step("poll", self._tick)
@@ -162,6 +173,8 @@ class Worker:
                 if delay > 0 and not self.stopping.is_set():
                     self.wake.wait(delay)
                     self.wake.clear()
+            if self.listener is not None:
+                self.listener.stop()
             self._shutdown()
             if self.collector is not None:
                 self.collector.stop()
@@ -240,7 +253,12 @@ class Worker:
         if self.burst and not self.stopping.is_set() and self._burst_done(delivered, pending):
             logger.info("burst finished: nothing deliverable name=%s", self.name)
             self.stop()
-        return 0.0 if full else poll
+        if full:
+            return 0.0
+        # One early poll at most in a row: a backlog that stays unsequenced (a row another
+        # transaction holds) must not turn polling into a busy loop.
+        self._retried_busy = pending and not self._retried_busy
+        return SEQUENCER_BUSY_RETRY if self._retried_busy else poll
 
     # ------------------------------------------------------------------ steps of a tick
 
