@@ -102,6 +102,14 @@ def skip_locked_sql(connection: Vendored) -> str:
     return " FOR UPDATE SKIP LOCKED"
 
 
+def for_update_sql(connection: Vendored) -> str:
+    """Lock the selected rows, waiting for other transactions that hold them (SQLite: see
+    :func:`skip_locked_sql`)."""
+    if connection.vendor == "sqlite":
+        return ""
+    return " FOR UPDATE"
+
+
 def for_share_sql(connection: Vendored, skip_locked: bool = False) -> str:
     """A shared row lock that blocks writers (used to fence lease ownership); with
     ``skip_locked``, rows another transaction holds are passed over instead of waited for."""

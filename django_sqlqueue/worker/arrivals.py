@@ -12,12 +12,18 @@ from .partitions import Ident, Partition
 SEQUENCE_ROUNDS = 5  # sequencing transactions at most per poll
 
 
-def sequence_backlog(head: int, using: str, worker_name: str) -> tuple[int, bool]:
+def sequence_backlog(head: int, using: str, worker_name: str,
+                     wait: bool = False) -> tuple[int, bool]:
     """Sequence the backlog, a few batches per poll; return the new log head and whether
     committed messages may still wait (another worker is sequencing, or more than this
-    poll's rounds were waiting)."""
+    poll's rounds were waiting).
+
+    With ``wait`` (an idle worker, which has nothing to do but what is being sequenced),
+    another worker's sequencing is waited for, a few milliseconds, and what it left is
+    sequenced here: the positions are then known in this poll rather than the next.
+    """
     for _ in range(SEQUENCE_ROUNDS):
-        batch = sequence_once(using, worker_name)
+        batch = sequence_once(using, worker_name, wait=wait)
         if batch.last_position is None:
             return head, True
         head = max(head, batch.last_position)

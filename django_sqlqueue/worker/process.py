@@ -215,7 +215,7 @@ class Worker:
         self.clock.sync(db_now)
         self.controls.note_version(controls)
         if pending:
-            head, pending = sequence_backlog(head, self.using, self.name)
+            head, pending = sequence_backlog(head, self.using, self.name, wait=self._idle())
         now = time.monotonic()
         now_ms = self.clock.now_ms()
         if now >= self._next_maintain:
@@ -363,6 +363,13 @@ class Worker:
                       error=dead.error)
             for delivery in report.deliveries:
                 _send("message_delivered", delivery.message, subscription=subscription)
+
+    def _idle(self) -> bool:
+        """Whether nothing runs or waits here: no handler, no outcome to record, no
+        partition wanting a cycle."""
+        return (self.dispatcher.busy == 0 and not self._pending
+                and self.dispatcher.outcomes.empty()
+                and not attention.cycle_wanted(self.partitions.values(), self.clock.now_ms()))
 
     def _may_extend(self, ident: Ident, offset: int) -> bool:
         return self.dispatcher.may_extend(ident, offset, self.conf.max_handler_time)
