@@ -1,11 +1,11 @@
 """Wake-up on commit (PostgreSQL): a thread that LISTENs and wakes the poll loop.
 
-The listener holds one connection of its own (a worker's only other connection is its
-poll loop's; see docs/operating.md for what a pooler does to it). A notification for one
-of the worker's topics sets the loop's wake event, so the loop polls at once instead of
-at the end of its poll interval; notifications arriving while it polls fold into one
-wake-up. Nothing depends on a notification arriving: a dropped connection is reopened
-with a growing pause meanwhile, and polling finds every message either way.
+The listener holds one connection of its own (see docs/operating.md for what a pooler
+does to it). A notification for one of the worker's topics sets the loop's wake event, so
+the loop polls at once instead of at the end of its poll interval; notifications arriving
+while it polls, or within ``COALESCE`` of the last wake-up, fold into one. Nothing depends
+on a notification arriving: a dropped connection is reopened with a growing pause
+meanwhile, and polling finds every message either way.
 """
 
 from __future__ import annotations
@@ -24,6 +24,10 @@ logger = logging.getLogger("django_sqlqueue.worker")
 WAIT_SLICE = 0.5  # seconds one wait for notifications lasts before looking for a stop
 RECONNECT_FIRST = 0.5  # seconds before reopening a dropped connection, doubled each time
 RECONNECT_MOST = 30.0  # seconds, the longest pause between two attempts
+# Seconds between two wake-ups at most: a burst of commits (hundreds a second) wakes the
+# loop at most this often, each poll reading everything committed since the last one,
+# instead of once per transaction.
+COALESCE = 0.01
 
 
 class Listener:
@@ -85,3 +89,5 @@ class Listener:
             for note in conn.notifies(timeout=WAIT_SLICE):
                 if note.payload in self.topics:
                     self.wake.set()
+                    # What arrives meanwhile waits on the socket and sets it again after.
+                    self._stopping.wait(COALESCE)
