@@ -5,6 +5,9 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
+from django.db import DatabaseError
+
+from ..db.errors import is_disconnect, is_transient
 from ..models import QueueMessage
 from ..sequencing import sequence_once
 from .partitions import Ident, Partition
@@ -23,7 +26,14 @@ def sequence_backlog(head: int, using: str, worker_name: str,
     sequenced here: the positions are then known in this poll rather than the next.
     """
     for _ in range(SEQUENCE_ROUNDS):
-        batch = sequence_once(using, worker_name, wait=wait)
+        try:
+            batch = sequence_once(using, worker_name, wait=wait)
+        except DatabaseError as exc:
+            if not wait or is_disconnect(exc) or not is_transient(exc):
+                raise
+            # Held longer than the session's lock wait (an operator's repartition): go on
+            # as a busy sequencer would have it.
+            return head, True
         if batch.last_position is None:
             return head, True
         head = max(head, batch.last_position)
