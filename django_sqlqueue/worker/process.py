@@ -173,11 +173,11 @@ class Worker:
                 if delay > 0 and not self.stopping.is_set():
                     self.wake.wait(delay)
                     self.wake.clear()
-            if self.listener is not None:
-                self.listener.stop()
             self._shutdown()
             if self.collector is not None:
                 self.collector.stop()
+            if self.listener is not None:
+                self.listener.stop()  # after the leases are released: it may take WAIT_SLICE
         self.session.release()
         logger.info("worker stopped name=%s cycles=%s longest_cycle_ms=%.0f", self.name,
                     self.cycles, self.longest_cycle * 1000)
