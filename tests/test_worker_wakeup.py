@@ -121,6 +121,19 @@ def test_notify_off_sends_nothing(listening, settings):
     assert listening() == []
 
 
+def test_replaying_dead_letters_notifies_their_original_topic(listening):
+    from django_sqlqueue import operations as ops
+    from tests.test_operations import dead_letter, register
+
+    register("billing")
+    original = sqlqueue.publish("orders", {"n": 1}, key="k")
+    dead_letter("billing", original)
+    listening()  # the publish's own notification
+
+    assert ops.replay(ops.DeadLetterFilter(topic="orders")).replayed == 1
+    assert listening() == ["orders"]
+
+
 # --------------------------------------------------------------------------- workers
 
 
