@@ -71,3 +71,10 @@ def record_key_or_fail(message: sqlqueue.Message) -> None:
     if isinstance(message.payload, dict) and message.payload.get("fail"):
         raise RuntimeError("this key fails on every attempt")
     append_line(os.environ.get("SQLQUEUE_BENCH_WAITING_LOG"), message.key)
+
+
+@sqlqueue.subscriber("latency_workers", group="bench")
+def record_latency_with_worker(message: sqlqueue.Message) -> None:
+    received = time.time()
+    append_line(os.environ.get("SQLQUEUE_BENCH_LATENCY_LOG"),
+                f"{message.offset} {received:.6f} {os.getpid()}")
