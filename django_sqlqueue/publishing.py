@@ -116,8 +116,10 @@ def publish(
     validate_topic(topic)
     row = build_row(topic, payload, key, id, headers, delay, get_settings().max_payload_bytes)
     alias = using or router.db_for_write(QueueMessage)
-    stored = QueueMessage.objects.insert_rows([row], using=alias)
-    notify.announce([topic], alias)
+    channel = notify.statement_channel(alias)
+    stored = QueueMessage.objects.insert_rows([row], using=alias, notify_channel=channel)
+    if channel is None:
+        notify.announce([topic], alias)
     return StoredMessage.from_row(stored[(row.topic, row.key, row.id)])
 
 
@@ -132,8 +134,10 @@ def publish_new(
     row = build_row(topic, payload, "", id, None, delay, get_settings().max_payload_bytes)
     row = row._replace(id_given=False)
     alias = using or router.db_for_write(QueueMessage)
-    stored = QueueMessage.objects.insert_rows([row], using=alias)
-    notify.announce([topic], alias)
+    channel = notify.statement_channel(alias)
+    stored = QueueMessage.objects.insert_rows([row], using=alias, notify_channel=channel)
+    if channel is None:
+        notify.announce([topic], alias)
     return StoredMessage.from_row(stored[(row.topic, row.key, row.id)])
 
 

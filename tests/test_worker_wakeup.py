@@ -11,6 +11,7 @@ import time
 import pytest
 from django.db import connection, transaction
 from django.test import override_settings
+from django.test.utils import CaptureQueriesContext
 
 import django_sqlqueue as sqlqueue
 from django_sqlqueue.db import notify
@@ -85,8 +86,6 @@ def test_a_transaction_notifies_once_per_topic_however_many_messages(listening):
 
 
 def test_a_transaction_sends_one_statement_per_topic(listening):
-    from django.test.utils import CaptureQueriesContext
-
     with CaptureQueriesContext(connection) as queries, transaction.atomic():
         for n in range(5):
             sqlqueue.publish("orders", {"n": n}, key="k")
@@ -109,10 +108,19 @@ def test_a_rolled_back_savepoint_does_not_count_as_announced(listening):
     assert listening() == ["orders"]
 
 
-def test_each_autocommit_publish_notifies(listening):
-    sqlqueue.publish("orders", {"n": 1}, key="k")
-    sqlqueue.publish("orders", {"n": 2}, key="k")
+def test_each_autocommit_publish_notifies_from_its_insert(listening):
+    with CaptureQueriesContext(connection) as queries:
+        sqlqueue.publish("orders", {"n": 1}, key="k")
+        sqlqueue.publish("orders", {"n": 2}, key="k")
     assert listening() == ["orders", "orders"]
+    assert len(queries.captured_queries) == 2  # the INSERTs, nothing more
+
+
+def test_a_duplicate_autocommit_publish_notifies_nobody(listening):
+    sqlqueue.publish("orders", {"n": 1}, key="k", id="once")
+    listening()
+    sqlqueue.publish("orders", {"n": 1}, key="k", id="once")
+    assert listening() == []
 
 
 def test_notify_off_sends_nothing(listening, settings):

@@ -6,12 +6,14 @@ topic only: a notification says "look now", never what to read, and polling stay
 path that finds every message (a notification lost, or a listener reconnecting, costs at
 most one poll interval).
 
-One NOTIFY per transaction and topic, however many messages: the topics already announced
-in the current transaction are remembered by a no-op ``on_commit`` hook each. Django
-forgets a hook when the transaction (or the savepoint it was registered in) rolls back,
-which is exactly when PostgreSQL discards the notification, so a hook still pending means
-"already announced in this transaction". The server folds duplicates within a transaction
-anyway; this only saves the statements.
+A ``publish()`` in autocommit notifies from its INSERT itself (``RETURNING …,
+pg_notify()``), at no extra round trip. Inside a transaction it is one NOTIFY per
+transaction and topic, however many messages: the topics already announced in the current
+transaction are remembered by a no-op ``on_commit`` hook each. Django forgets a hook when
+the transaction (or the savepoint it was registered in) rolls back, which is exactly when
+PostgreSQL discards the notification, so a hook still pending means "already announced in
+this transaction". The server folds duplicates within a transaction anyway; this only
+saves the statements.
 """
 
 from __future__ import annotations
@@ -40,6 +42,16 @@ class _Announced:
 def enabled(connection: BaseDatabaseWrapper) -> bool:
     """Whether this connection's database pushes notifications and ``NOTIFY`` is on."""
     return connection.vendor == "postgresql" and get_settings().notify is True
+
+
+def statement_channel(using: str) -> str | None:
+    """The channel an INSERT should notify by itself (``RETURNING …, pg_notify()``): in
+    autocommit the statement is the transaction, so that costs no round trip. None inside
+    a transaction (:func:`announce` then, once per topic) or without notifications."""
+    connection = connections[using]
+    if enabled(connection) and not connection.in_atomic_block:
+        return CHANNEL
+    return None
 
 
 def announce(topics: Iterable[str], using: str) -> None:
