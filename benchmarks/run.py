@@ -30,8 +30,9 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 if str(REPO_ROOT) not in sys.path:
     sys.path.insert(0, str(REPO_ROOT))
 
-NAMES = ["publish_single", "publish_many", "end_to_end", "latency", "idle_queries",
-         "many_keys", "scale", "fleet", "admin_pages", "tasks", "waiting", "schedules", "limits"]
+NAMES = ["publish_single", "publish_many", "end_to_end", "latency", "latency_workers",
+         "latency_notify", "idle_queries", "many_keys", "scale", "fleet", "admin_pages",
+         "tasks", "waiting", "schedules", "limits"]
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -110,11 +111,11 @@ def main(argv: list[str] | None = None) -> int:
     django.setup()
     from django.core.management import call_command
 
-    from benchmarks import admin_pages, limits, scaling, schedules, suite, tasks, waiting
+    from benchmarks import admin_pages, latency, limits, scaling, schedules, suite, tasks, waiting
 
     benchmarks = {**suite.BENCHMARKS, **scaling.BENCHMARKS, **admin_pages.BENCHMARKS,
                   **tasks.BENCHMARKS, **waiting.BENCHMARKS, **schedules.BENCHMARKS,
-                  **limits.BENCHMARKS}
+                  **limits.BENCHMARKS, **latency.BENCHMARKS}
 
     call_command("migrate", verbosity=0, interactive=False)
     meta = describe(db, args)

@@ -66,7 +66,7 @@ STATIC_URL = "/static/"
 # The tasks benchmark compares the Tasks backend with django-tasks-db (its db_worker),
 # which `make bench` installs into the bench environment only.
 TASKS: dict[str, dict[str, object]] = {
-    "default": {"BACKEND": "django_sqlqueue.tasks.QueueBackend", "QUEUES": ["bench"]},
+    "default": {"BACKEND": "django_sqlqueue.tasks.QueueBackend", "QUEUES": ["bench", "latency"]},
 }
 if importlib.util.find_spec("django_tasks_db") is not None:
     INSTALLED_APPS.append("django_tasks_db")

@@ -85,6 +85,7 @@ _RULES: list[tuple[str, str, Callable[[Any], bool], str]] = [
      f"a number of seconds > 0, {_YEAR}, or None to keep consumer groups until forgotten"),
     ("MAX_WINDOW", "sqlqueue.E022", _positive_int, "an integer >= 1"),
     ("ARCHIVE_BEFORE_GC", "sqlqueue.E060", lambda value: isinstance(value, bool), "True or False"),
+    ("NOTIFY", "sqlqueue.E100", lambda value: isinstance(value, bool), "True or False"),
     ("METRICS_CACHE_SECONDS", "sqlqueue.E070", lambda value: is_seconds(value, zero=True, most=3600),
      "a number of seconds from 0 (read on every scrape) to 3600"),
     ("METRICS_TOKEN", "sqlqueue.E071", lambda value: value is None or _metrics_token(value),

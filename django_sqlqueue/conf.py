@@ -71,6 +71,10 @@ DEFAULTS: dict[str, Any] = {
     # or {"cron": ..., "topic": ..., "payload": ...}; see docs/scheduling.md. Synced into
     # the queue_schedules table by migrate and by each worker at start.
     "SCHEDULES": {},
+    # PostgreSQL: publishing notifies idle workers, which start the message at once instead
+    # of at their next poll (LISTEN/NOTIFY; one listener connection per worker). Ignored on
+    # other databases. False: polling only.
+    "NOTIFY": True,
 }
 
 MAX_PARTITIONS = 4096  # per topic; lease rows, watermarks and fair share count partitions
@@ -117,6 +121,7 @@ class QueueSettings:
     metrics_cache_seconds: float
     metrics_token: str | None
     schedules: dict[str, dict[str, Any]]
+    notify: bool
 
     def partitions_for(self, topic: str) -> int:
         """The partition count configured for ``topic`` (the recorded count wins once a

@@ -14,6 +14,7 @@ from typing import Any
 from django.db import router, transaction
 
 from .conf import get_settings
+from .db import notify
 from .encoding import PUBLISH_BATCH_BYTES, ROW_OVERHEAD_BYTES, NewRow, build_row, validate_topic
 from .exceptions import InvalidMessage
 from .models import QueueMessage
@@ -122,7 +123,10 @@ def publish(
     validate_topic(topic)
     row = build_row(topic, payload, key, id, headers, delay, get_settings().max_payload_bytes)
     alias = using or router.db_for_write(QueueMessage)
-    stored = QueueMessage.objects.insert_rows([row], using=alias)
+    channel = notify.statement_channel(alias)
+    stored = QueueMessage.objects.insert_rows([row], using=alias, notify_channel=channel)
+    if channel is None:
+        notify.announce([topic], alias)
     return _observed([StoredMessage.from_row(stored[(row.topic, row.key, row.id)])])[0]
 
 
@@ -137,7 +141,10 @@ def publish_new(
     row = build_row(topic, payload, "", id, None, delay, get_settings().max_payload_bytes)
     row = row._replace(id_given=False)
     alias = using or router.db_for_write(QueueMessage)
-    stored = QueueMessage.objects.insert_rows([row], using=alias)
+    channel = notify.statement_channel(alias)
+    stored = QueueMessage.objects.insert_rows([row], using=alias, notify_channel=channel)
+    if channel is None:
+        notify.announce([topic], alias)
     return _observed([StoredMessage.from_row(stored[(row.topic, row.key, row.id)])])[0]
 
 
@@ -178,6 +185,7 @@ def publish_many(
     with transaction.atomic(using=alias):
         for batch in _batches(unique_rows, conf.publish_batch_size, PUBLISH_BATCH_BYTES):
             stored.update(QueueMessage.objects.insert_rows(batch, using=alias))
+        notify.announce([topic], alias)
     return _observed([StoredMessage.from_row(stored[(r.topic, r.key, r.id)]) for r in rows])
 
 

@@ -28,10 +28,12 @@ __all__ = ["SEQUENCE_BATCH", "Batch", "partition_counts", "record_configured_top
 
 
 def sequence_once(using: str = "default", sequenced_by: str = "",
-                  limit: int = SEQUENCE_BATCH) -> Batch:
-    """Position up to ``limit`` committed messages in one transaction; see :class:`Batch`."""
+                  limit: int = SEQUENCE_BATCH, *, wait: bool = False) -> Batch:
+    """Position up to ``limit`` committed messages in one transaction; see :class:`Batch`.
+    With ``wait``, waits for another process that is sequencing instead of returning."""
     return sequencer.sequence_batch(django_connection(using), sequenced_by,
-                                    counts_for=_configured_counts(using), limit=limit)
+                                    counts_for=_configured_counts(using), limit=limit,
+                                    wait=wait)
 
 
 def sequence_pending(using: str = "default", sequenced_by: str = "",

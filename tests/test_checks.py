@@ -133,6 +133,8 @@ def test_check_errors_are_errors_not_warnings():
         ("MAX_WINDOW", 100.0, "sqlqueue.E022"),
         ("ARCHIVE_BEFORE_GC", 1, "sqlqueue.E060"),
         ("ARCHIVE_BEFORE_GC", "yes", "sqlqueue.E060"),
+        ("NOTIFY", "yes", "sqlqueue.E100"),
+        ("NOTIFY", None, "sqlqueue.E100"),
     ],
 )
 def test_bad_value_has_its_own_id_and_a_hint(name, value, check_id):

@@ -11,7 +11,12 @@ from django.db import connection, transaction
 
 import django_sqlqueue as sqlqueue
 from django_sqlqueue.models import LogSequencer, QueueMessage
-from django_sqlqueue.sequencing import SEQUENCE_BATCH, sequence_all, sequence_pending
+from django_sqlqueue.sequencing import (
+    SEQUENCE_BATCH,
+    sequence_all,
+    sequence_once,
+    sequence_pending,
+)
 from tests.factories import LogSequencerFactory, QueueMessageFactory
 from tests.helpers import now_ms, outcomes, positions_by_offset, start_thread
 
@@ -385,6 +390,33 @@ def test_busy_sequencer_makes_a_second_one_return_zero_at_once():
 
     assert (count, positions_by_offset()) == (0, {offset: None})
     assert elapsed < 1.0
+
+
+@needs_row_locks
+@pytest.mark.django_db(transaction=True)
+def test_a_waiting_sequencer_waits_for_a_busy_one_then_sequences_what_it_left():
+    LogSequencerFactory(last_position=0)
+    offset = sqlqueue.publish("orders", {}).offset
+    locked = threading.Event()
+    held = 0.3  # seconds
+
+    def hold_counter() -> int | None:
+        with transaction.atomic():
+            position = LogSequencer.objects.lock_counter(connection.alias)
+            locked.set()
+            time.sleep(held)
+        return position
+
+    thread = start_thread(hold_counter, name="busy-sequencer")
+    assert locked.wait(10)
+    started = time.monotonic()
+    batch = sequence_once(wait=True)
+    elapsed = time.monotonic() - started
+    assert outcomes([thread]) == [0]
+
+    assert (batch.positioned, batch.last_position) == (1, 1)
+    assert positions_by_offset() == {offset: 1}
+    assert elapsed >= held / 2  # waited for the holder instead of returning
 
 
 @pytest.mark.django_db(transaction=True)

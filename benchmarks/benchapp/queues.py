@@ -99,3 +99,10 @@ def rated(message: sqlqueue.Message) -> None:
 @sqlqueue.subscriber("unlimited", group="bench")
 def unlimited(message: sqlqueue.Message) -> None:
     _log_limited_run("unlimited", 0.005)
+
+
+@sqlqueue.subscriber("latency_workers", group="bench")
+def record_latency_with_worker(message: sqlqueue.Message) -> None:
+    received = time.time()
+    append_line(os.environ.get("SQLQUEUE_BENCH_LATENCY_LOG"),
+                f"{message.offset} {received:.6f} {os.getpid()}")

@@ -47,7 +47,8 @@ class QueueMessageManager(models.Manager["QueueMessage"]):
     (:class:`django_sqlqueue.models.delivery.DeliveryStateManager`).
     """
 
-    def insert_rows(self, rows: Sequence[NewRow], using: str) -> dict[_Key, MessageRow]:
+    def insert_rows(self, rows: Sequence[NewRow], using: str,
+                    notify_channel: str | None = None) -> dict[_Key, MessageRow]:
         """Append rows in one multi-row INSERT; a (topic, key, id) already stored keeps its row.
 
         ``rows`` must not repeat a (topic, key, id). Returns the stored rows by
@@ -55,6 +56,8 @@ class QueueMessageManager(models.Manager["QueueMessage"]):
         rewritten when the stored row committed before this transaction's snapshot (see
         docs/data-model.md, "Publishing the same id again"). Times come from the database
         clock, so a publisher's wrong clock cannot make a delayed message due early.
+        With ``notify_channel`` the new rows notify listeners in the INSERT itself
+        (PostgreSQL; see :mod:`django_sqlqueue.db.notify`).
         """
         connection = connections[using]
         conn = django_connection(using)
@@ -77,7 +80,8 @@ class QueueMessageManager(models.Manager["QueueMessage"]):
         returning = vendor.supports_returning(connection)
         try:
             written, inserted = store_messages.insert(conn, rows, returning=returning,
-                                                      unless_stored=unless_stored)
+                                                      unless_stored=unless_stored,
+                                                      notify_channel=notify_channel)
         except IntegrityError as exc:
             # The JSON check of MariaDB or SQLite refused a payload nested too deeply
             # (a one-row INSERT IGNORE still fails a CHECK constraint). Both undo just

@@ -24,6 +24,7 @@ from typing import NamedTuple
 from django.db import transaction
 
 from ..conf import get_settings
+from ..db import notify
 from ..models import ConsumerOffset, DeliveryState, QueueMessage, Topic
 from ..models.delivery import MessageRef
 from ..signals import dead_letters_replayed
@@ -187,6 +188,7 @@ def _run(flt: DeadLetterFilter, *, replay: bool, dry_run: bool, batch_size: int,
         with transaction.atomic(using=using):
             if replay:
                 rows.insert_replays(django_connection(using), [r.offset for r in act])
+                notify.announce({r.original_topic for r in act}, using)
                 if act:
                     dead_letters_replayed.send(
                         sender=None, using=using,

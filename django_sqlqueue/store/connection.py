@@ -89,6 +89,9 @@ class Connection:
     def skip_locked_sql(self) -> str:
         return db_vendor.skip_locked_sql(self)
 
+    def for_update_sql(self) -> str:
+        return db_vendor.for_update_sql(self)
+
     def json_param_sql(self) -> str:
         return db_vendor.json_param_sql(self)
 

@@ -84,16 +84,19 @@ def last_position(conn: Connection, name: str = DEFAULT_SEQUENCER) -> int:
     return int(rows[0][0]) if rows else 0
 
 
-def lock_counter(conn: Connection, name: str = DEFAULT_SEQUENCER) -> int | None:
+def lock_counter(conn: Connection, name: str = DEFAULT_SEQUENCER, *,
+                 wait: bool = False) -> int | None:
     """Lock the counter row and return its last position; None if another process holds it.
 
     Must run inside a transaction. SKIP LOCKED makes a busy sequencer someone else's job
-    instead of a queue of waiting workers.
+    instead of a queue of waiting workers. With ``wait``, waits for that process instead
+    (within the session's lock timeout): for a caller with nothing else to do but read
+    what is being sequenced.
     """
     q = conn.q
     rows = conn.fetch_all(
         f"SELECT {q('last_position')} FROM {q('queue_sequencer')} WHERE {q('name')} = %s"  # noqa: S608 - names quoted, values bound
-        + conn.skip_locked_sql(),
+        + (conn.for_update_sql() if wait else conn.skip_locked_sql()),
         [name],
     )
     if rows:
@@ -218,11 +221,12 @@ def recorded_counts(conn: Connection, names: Sequence[str]) -> Mapping[str, int]
 
 def sequence_batch(conn: Connection, sequenced_by: str = "", *,
                    counts_for: CountsFor = recorded_counts, limit: int = SEQUENCE_BATCH,
-                   skip_topics: Collection[str] = ()) -> Batch:
+                   skip_topics: Collection[str] = (), wait: bool = False) -> Batch:
     """Position up to ``limit`` committed messages in one transaction (see the module
-    docstring); messages of ``skip_topics`` are passed over."""
+    docstring); messages of ``skip_topics`` are passed over. With ``wait``, a busy
+    sequencer is waited for (see :func:`lock_counter`)."""
     with conn.atomic():
-        last = lock_counter(conn)
+        last = lock_counter(conn, wait=wait)
         if last is None:
             return Batch(0, None, True, frozenset())
         waiting = _committed_unsequenced(conn, limit, skip_topics)

@@ -5,6 +5,9 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
+from django.db import DatabaseError
+
+from ..db.errors import is_disconnect, is_transient
 from ..models import QueueMessage
 from ..sequencing import sequence_once
 from .partitions import Ident, Partition
@@ -12,12 +15,25 @@ from .partitions import Ident, Partition
 SEQUENCE_ROUNDS = 5  # sequencing transactions at most per poll
 
 
-def sequence_backlog(head: int, using: str, worker_name: str) -> tuple[int, bool]:
+def sequence_backlog(head: int, using: str, worker_name: str,
+                     wait: bool = False) -> tuple[int, bool]:
     """Sequence the backlog, a few batches per poll; return the new log head and whether
     committed messages may still wait (another worker is sequencing, or more than this
-    poll's rounds were waiting)."""
+    poll's rounds were waiting).
+
+    With ``wait`` (an idle worker, which has nothing to do but what is being sequenced),
+    another worker's sequencing is waited for, a few milliseconds, and what it left is
+    sequenced here: the positions are then known in this poll rather than the next.
+    """
     for _ in range(SEQUENCE_ROUNDS):
-        batch = sequence_once(using, worker_name)
+        try:
+            batch = sequence_once(using, worker_name, wait=wait)
+        except DatabaseError as exc:
+            if not wait or is_disconnect(exc) or not is_transient(exc):
+                raise
+            # Held longer than the session's lock wait (an operator's repartition): go on
+            # as a busy sequencer would have it.
+            return head, True
         if batch.last_position is None:
             return head, True
         head = max(head, batch.last_position)

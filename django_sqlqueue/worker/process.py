@@ -25,6 +25,7 @@ from .. import signals
 from ..conf import get_settings
 from ..consuming.message import Message
 from ..consuming.registry import Subscription
+from ..db import notify
 from ..db.errors import is_disconnect, is_transient
 from ..db.vendor import has_row_locks
 from ..logtext import loggable
@@ -49,6 +50,7 @@ from .scheduling import Scheduler
 from .session import SessionBounds
 from .shutdown import drain
 from .startup import Startup
+from .wakeup import Listener
 
 if TYPE_CHECKING:
     from ..metrics.worker import WorkerMetrics
@@ -56,6 +58,10 @@ if TYPE_CHECKING:
 logger = logging.getLogger("django_sqlqueue.worker")
 
 ACQUIRE_INTERVAL = 0.5  # seconds between rebalance checks and lease attempts between renewals
+# Seconds until the next poll when committed messages were left unsequenced because another
+# worker was sequencing them: that worker commits within milliseconds, and waiting a whole
+# poll interval for its positions would make their messages wait two.
+SEQUENCER_BUSY_RETRY = 0.01
 SLOW_CYCLE = 1.0  # seconds; a poll cycle slower than this is logged
 # Exit status of a worker that stopped while handlers were still running after the
 # shutdown grace period (their messages are redelivered after the visibility timeout).
@@ -124,6 +130,8 @@ class Worker:
         self.collector: GarbageCollector | None = None
         # Fires recurring schedules (runqueueworker runs one unless --no-schedules).
         self.scheduler = Scheduler(using) if schedules else None
+        self.listener: Listener | None = None
+        self._retried_busy = False  # the last poll was an early one after a busy sequencer
         self.startup = Startup(self.name, using, self.leasing, self.session, self.clock,
                                conf.lease_duration + conf.renew_interval)
         self.cycles = 0  # poll cycles run, and the longest one (seconds), logged at stop
@@ -158,6 +166,9 @@ class Worker:
                 self.scheduler.start()
             for hooks in {id(s.hooks): s.hooks for s in self.subscriptions if s.hooks}.values():
                 hooks.started(self.stopping, self.stop, self.using)
+            if notify.enabled(connections[self.using]):
+                self.listener = Listener(self.topics, self.wake, self.using, self.name)
+                self.listener.start()
             while not self.stopping.is_set():
                 started = time.monotonic()
                 delay = self._step("poll", self._tick)
@@ -176,6 +187,8 @@ class Worker:
                 self.collector.stop()
             if self.scheduler is not None:
                 self.scheduler.stop()
+            if self.listener is not None:
+                self.listener.stop()  # after the leases are released: it may take WAIT_SLICE
         self.session.release()
         logger.info("worker stopped name=%s cycles=%s longest_cycle_ms=%.0f", self.name,
                     self.cycles, self.longest_cycle * 1000)
@@ -213,7 +226,7 @@ class Worker:
         self.clock.sync(db_now)
         self.controls.note_version(controls)
         if pending:
-            head, pending = sequence_backlog(head, self.using, self.name)
+            head, pending = sequence_backlog(head, self.using, self.name, wait=self._idle())
         now = time.monotonic()
         now_ms = self.clock.now_ms()
         if now >= self._next_maintain:
@@ -251,7 +264,12 @@ class Worker:
         if self.burst and not self.stopping.is_set() and self._burst_done(delivered, pending):
             logger.info("burst finished: nothing deliverable name=%s", self.name)
             self.stop()
-        return 0.0 if full else poll
+        if full:
+            return 0.0
+        # One early poll at most in a row: a backlog that stays unsequenced (a row another
+        # transaction holds) must not turn polling into a busy loop.
+        self._retried_busy = pending and not self._retried_busy
+        return SEQUENCER_BUSY_RETRY if self._retried_busy else poll
 
     # ------------------------------------------------------------------ steps of a tick
 
@@ -357,6 +375,13 @@ class Worker:
                       error=dead.error)
             for delivery in report.deliveries:
                 _send("message_delivered", delivery.message, subscription=subscription)
+
+    def _idle(self) -> bool:
+        """Whether nothing runs or waits here: no handler, no outcome to record, no
+        partition wanting a cycle."""
+        return (self.dispatcher.busy == 0 and not self._pending
+                and self.dispatcher.outcomes.empty()
+                and not attention.cycle_wanted(self.partitions.values(), self.clock.now_ms()))
 
     def _may_extend(self, ident: Ident, offset: int) -> bool:
         return self.dispatcher.may_extend(ident, offset, self.conf.max_handler_time)
