@@ -17,8 +17,10 @@ from django.contrib.admin.models import LogEntry
 from django.test import Client
 from django.urls import URLPattern, reverse
 
+from django_sqlqueue import schedules
 from django_sqlqueue.admin.actions import CONFIRM_FIELD
 from django_sqlqueue.models import (
+    Cancellation,
     ConsumerOffset,
     DeadLetter,
     DeliveryState,
@@ -26,6 +28,7 @@ from django_sqlqueue.models import (
     LogSequencer,
     PartitionLease,
     QueueMessage,
+    Schedule,
     SubscriberHeartbeat,
 )
 from django_sqlqueue.sequencing import sequence_all
@@ -61,6 +64,7 @@ class Rows:
                                      partition_key=self.waiting.partition_key,
                                      message_offset=self.waiting.offset, retry_count=1,
                                      invisible_until=db_now() + 3_600_000, last_error="boom")
+        schedules.add("nightly-report", cron="0 3 * * *", topic="orders", payload={})
 
 
 # url name -> [(POST data, what it changed)], for views that change state on POST.
@@ -98,15 +102,24 @@ ACTIONS: dict[tuple[str, str], Change] = {
     ("django_sqlqueue_deadletter_changelist", "discard_dead_letters"): (
         lambda rows: {"_selected_action": [str(rows.discarded.offset)]},
         lambda rows: not DeadLetter.objects.filter(offset=rows.discarded.offset).exists()),
+    ("django_sqlqueue_schedule_changelist", "pause_schedules"): (
+        lambda rows: {"_selected_action": ["nightly-report"]},
+        lambda rows: Schedule.objects.get(name="nightly-report").paused),
+    ("django_sqlqueue_schedule_changelist", "resume_schedules"): (
+        lambda rows: {"_selected_action": ["nightly-report"]},
+        lambda rows: not Schedule.objects.get(name="nightly-report").paused),
+    ("django_sqlqueue_queuemessage_changelist", "cancel_messages"): (
+        lambda rows: {"_selected_action": [str(rows.waiting.offset)]},
+        lambda rows: Cancellation.objects.filter(message_offset=rows.waiting.offset).exists()),
 }
 # Views whose POST changes nothing: the read-only object pages (add, change and delete are
 # refused; history only shows), the overview's second name (the same view as
 # django_sqlqueue_overview), and changelists whose POSTs are their admin actions.
 NO_STATE_CHANGE = {
-    f"{APP}_{model}_{view}" for model in ("deadletter", "queuemessage")
+    f"{APP}_{model}_{view}" for model in ("deadletter", "queuemessage", "schedule")
     for view in ("add", "change", "delete", "history")
 } | {None, "django_sqlqueue_overview_changelist", "django_sqlqueue_deadletter_changelist",
-     "django_sqlqueue_queuemessage_changelist"}
+     "django_sqlqueue_queuemessage_changelist", "django_sqlqueue_schedule_changelist"}
 
 
 def app_admin_urls(rows: Rows) -> list[tuple[str | None, str, Any]]:
@@ -161,7 +174,8 @@ def test_every_post_to_an_admin_view_of_the_app_without_a_token_is_refused(csrf_
               list(GroupControl.objects.values_list("paused", flat=True)),
               list(ConsumerOffset.objects.order_by("consumer_group", "topic", "partition_key")
                    .values_list("consumer_group", "topic", "partition_key")),
-              list(PartitionLease.objects.values_list("leased_by", flat=True)))
+              list(PartitionLease.objects.values_list("leased_by", flat=True)),
+              list(Schedule.objects.values_list("paused", flat=True)), Cancellation.objects.count())
 
     for url, data in posts:
         response = csrf_client.post(url, data)
@@ -171,7 +185,8 @@ def test_every_post_to_an_admin_view_of_the_app_without_a_token_is_refused(csrf_
              list(GroupControl.objects.values_list("paused", flat=True)),
              list(ConsumerOffset.objects.order_by("consumer_group", "topic", "partition_key")
                   .values_list("consumer_group", "topic", "partition_key")),
-             list(PartitionLease.objects.values_list("leased_by", flat=True)))
+             list(PartitionLease.objects.values_list("leased_by", flat=True)),
+             list(Schedule.objects.values_list("paused", flat=True)), Cancellation.objects.count())
     assert after == before
 
 
