@@ -13,9 +13,16 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+from django.db import connection
+
 from tests.settings import REPO_ROOT
 
 MANAGE = REPO_ROOT / "example_project" / "manage.py"
+
+# Nothing here touches the suite's database: it runs once, in the SQLite suite.
+pytestmark = pytest.mark.skipif(connection.vendor != "sqlite",
+                                reason="independent of the database; runs in the SQLite suite")
 
 
 def test_the_example_project_s_tests_pass(tmp_path: Path):

@@ -9,9 +9,16 @@ import sys
 import tomllib
 from pathlib import Path
 
+import pytest
+from django.db import connection
+
 from tests.settings import REPO_ROOT
 
 PLUGIN = "django_sqlqueue.testing.pytest_plugin"
+
+# Nothing here touches the suite's database: it runs once, in the SQLite suite.
+pytestmark = pytest.mark.skipif(connection.vendor != "sqlite",
+                                reason="independent of the database; runs in the SQLite suite")
 
 
 def bare_environment() -> dict[str, str]:
