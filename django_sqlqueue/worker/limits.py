@@ -162,16 +162,18 @@ class LimitGate:
 
     def release(self, now_ms: int) -> None:
         """Give back the slots whose handler finished with no message waiting here for
-        them, and make the messages held for those scopes due now."""
+        them, and make the messages held for scopes with a slot to be had due now: those
+        given back, and those with room to wait here for a slot this worker holds."""
         slots = self.local.returnable()
-        if not slots:
-            return
-        ids = [s.row_id for s in slots]
-        LimitSlot.objects.give_back(ids, self.token, now_ms, self.using)
-        transaction.on_commit(lambda: self.local.returned(ids), using=self.using)
-        for scope in {s.scope for s in slots}:
-            self._full_at.pop(scope[0], None)
-            for partition, entry in self._held.pop(scope, {}).values():
+        freed = {s.scope for s in slots}
+        if slots:
+            ids = [s.row_id for s in slots]
+            LimitSlot.objects.give_back(ids, self.token, now_ms, self.using)
+            transaction.on_commit(lambda: self.local.returned(ids), using=self.using)
+            for scope in freed:
+                self._full_at.pop(scope[0], None)
+        for scope in [s for s in self._held if s in freed or self.local.openings(s) > 0]:
+            for partition, entry in self._held.pop(scope).values():
                 if partition.entries.get(entry.offset) is entry and entry.state == "waiting":
                     partition.hold_until(entry, now_ms)
 
@@ -199,17 +201,20 @@ class LimitGate:
         held: list[Candidate] = []
         taken: list[tuple[Candidate, list[Slot]]] = []
         to_wait: dict[Ref, Scope] = {}  # delivered to wait for a slot held here
+        # Per scope: how many more may wait for a slot held here, or taken by this cycle.
         openings: dict[Scope, int] = {}
         for candidate, claims in claimed:
             scopes = [(c.scope, c.key) for c in claims]
             if all(states[s].can(c) for s, c in zip(scopes, claims, strict=True)):
                 rows = [(states[s].take(c), s) for s, c in zip(scopes, claims, strict=True)]
                 taken.append((candidate, [Slot(r, s) for r, s in rows if r is not None]))
+                for row_id, scope in rows:
+                    if row_id is not None:
+                        openings[scope] = self._openings(openings, scope) + 1
                 continue
             if _may_wait(claims):
                 scope = scopes[0]
-                if scope not in openings:
-                    openings[scope] = self.local.openings(scope)
+                openings[scope] = self._openings(openings, scope)
                 if openings[scope] > 0:
                     openings[scope] -= 1
                     to_wait[ref_of(candidate.partition, candidate.message)] = scope
@@ -239,6 +244,10 @@ class LimitGate:
         if committed or to_wait:
             transaction.on_commit(lambda: self.local.taken(committed, to_wait), using=self.using)
         return held
+
+    def _openings(self, openings: dict[Scope, int], scope: Scope) -> int:
+        found = openings.get(scope)
+        return self.local.openings(scope) if found is None else found
 
     def _lock(self, scope: Scope, need: _Need, now_ms: int) -> _State:
         name, key = scope
