@@ -172,10 +172,18 @@ class LimitGate:
             transaction.on_commit(lambda: self.local.returned(ids), using=self.using)
             for scope in freed:
                 self._full_at.pop(scope[0], None)
-        for scope in [s for s in self._held if s in freed or self.local.openings(s) > 0]:
-            for partition, entry in self._held.pop(scope).values():
+        for scope in list(self._held):
+            # As many as may wait here (the longest held first): the others would only be
+            # read, held back and written as holds again.
+            wanted = len(self._held[scope]) if scope in freed else self.local.openings(scope)
+            held = self._held[scope]
+            while wanted > 0 and held:
+                partition, entry = held.pop(next(iter(held)))
                 if partition.entries.get(entry.offset) is entry and entry.state == "waiting":
                     partition.hold_until(entry, now_ms)
+                    wanted -= 1
+            if not held:
+                del self._held[scope]
 
     def admit(self, candidates: Sequence[Candidate], now_ms: int) -> list[Candidate]:
         """Take what ``candidates`` need; return those held back (not to be delivered now),
