@@ -2,8 +2,8 @@
 to the next message of the scope without a poll cycle.
 
 A worker keeps a slot while it has more work of the slot's scope: the poll cycle may
-deliver one message more per slot held (a *waiting* message: its delivery is written, no
-slot row is taken for it), and the moment a local handler of the scope finishes, its
+deliver up to two messages more per slot held (*waiting* messages: their deliveries are
+written, no slot row is taken for them), and the moment a local handler of the scope finishes, its
 slot passes to the oldest waiting message, which starts at once, on the handler's thread.
 No database round trip is needed at hand-over, and fleet-wide no more handlers run than
 slots are held: a handler starts only with a slot. A slot whose handler finished with no
@@ -21,6 +21,10 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from .partitions import Ident
+
+# Messages that may wait per slot held: two, so that the poll cycle delivering the next
+# one has a whole handler's run to commit, however slow it is under load.
+WAITING_PER_SLOT = 2
 
 Ref = tuple[Ident, int, int]  # (partition, offset, attempt): one delivery
 Scope = tuple[str, str]  # (scope, key)
@@ -61,7 +65,7 @@ class LocalSlots:
             held += sum(1 for s in self._idle.get(scope, ()) if s.row_id not in self._going)
             waiting = len(self._waiting.get(scope, ()))
             expected = sum(1 for s in self._expected.values() if s == scope)
-            return max(0, held - waiting - expected)
+            return max(0, held * WAITING_PER_SLOT - waiting - expected)
 
     # ------------------------------------------------------------------ the poll cycle
 

@@ -14,7 +14,7 @@ on as before.
 
 A worker keeps its slots while it has more work of their scope: a message denied a slot
 is delivered anyway, to wait in the worker for one of the slots it holds, when fewer
-wait than it holds (one ``max_running`` claim and no rate only); see :mod:`.handover`.
+than two per slot wait (one ``max_running`` claim and no rate only); see :mod:`.handover`.
 
 Slots carry an expiry renewed with the worker's lease renewals, so a crashed worker's
 slots come back within one lease duration.
@@ -35,7 +35,7 @@ from ..consuming.message import Message
 from ..consuming.registry import Subscription
 from ..models import LimitBucket, LimitSlot
 from ..models.limit_buckets import Bucket
-from .handover import LocalSlots, Ref, Scope, Slot
+from .handover import WAITING_PER_SLOT, LocalSlots, Ref, Scope, Slot
 from .partitions import Ident, Partition
 from .window import Entry
 
@@ -218,7 +218,7 @@ class LimitGate:
                 taken.append((candidate, [Slot(r, s) for r, s in rows if r is not None]))
                 for row_id, scope in rows:
                     if row_id is not None:
-                        openings[scope] = self._openings(openings, scope) + 1
+                        openings[scope] = self._openings(openings, scope) + WAITING_PER_SLOT
                 continue
             if _may_wait(claims):
                 scope = scopes[0]
