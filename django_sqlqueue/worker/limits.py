@@ -54,7 +54,6 @@ SWEEP_INTERVAL_MS = 10_000
 MAX_REMEMBERED = 10_000
 
 
-
 @dataclass
 class Candidate:
     """A message the cycle is about to hand out."""
