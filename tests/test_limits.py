@@ -126,6 +126,26 @@ def test_strict_mode_keeps_each_keys_order_under_a_limit(workers, tmp_path):
     assert {r.attempt for r in found} == {1}
 
 
+def test_a_slot_passes_to_the_next_message_without_a_poll_cycle(workers, tmp_path):
+    log = tmp_path / "runs.log"
+    publish("capped-one", log, 20, sleep=0.05)
+    # Polls far apart: between them, only a handler finishing wakes a worker.
+    started = [workers.start(f"w{i}", "--topic", "capped-one", "--concurrency", "4",
+                             settings={"POLL_INTERVAL": 3}) for i in range(2)]
+
+    found = wait_until(lambda: len(runs(log)) >= 20 and runs(log), timeout=60,
+                       what="every message handled", watch=started)
+    assert peak(found) == 1
+    # Well under 20 poll intervals (the slot moves to the other worker once, at a poll).
+    assert found[-1].end - found[0].start < 20
+    # From one handler's end to the next one's start: a thread hand-over in the worker
+    # holding the slot, not a poll cycle's database round trips (10 ms or more).
+    gaps = sorted(b.start - a.end for a, b in zip(found, found[1:], strict=False))
+    assert gaps[len(gaps) // 2] < 0.01, gaps
+    assert {r.attempt for r in found} == {1}
+    assert_no_failed_cycles(started)
+
+
 def test_a_full_limit_does_not_hold_up_other_subscriptions_of_the_worker(workers, tmp_path):
     capped_log, free_log = tmp_path / "capped.log", tmp_path / "free.log"
     publish("capped", capped_log, 12, sleep=2.0)  # 4 rounds of 3: 8 s at least

@@ -69,7 +69,7 @@ class PollCycle:
             self._load([p for p in held if not p.loaded])
             now_ms = self.clock()
             if self.gate is not None:
-                self.gate.release(outcomes, now_ms)  # before delivering: held ones may go
+                self.gate.release(now_ms)  # before delivering: held ones may go
             record(partitions, outcomes, lost, sitting_out, now_ms, result, self.using,
                    self.dlq_suffix)
             settle_parked(held, now_ms, self.using)  # a settled key's next message goes now

@@ -8,10 +8,15 @@ Handed-out messages wait for a free thread in a priority queue, not in submissio
 a message of a higher priority (a task's ``priority``; 0 for subscriptions) starts before
 every lower one this worker has fetched, whichever partition it came from. Equal
 priorities start in the order they were handed out.
+
+A message delivered to wait for a ``max_running`` slot this worker holds (see
+:mod:`.handover`) takes no thread while it waits: the handler that frees the slot
+queues it as it finishes.
 """
 
 from __future__ import annotations
 
+import functools
 import heapq
 import itertools
 import logging
@@ -28,6 +33,7 @@ from ..exceptions import LeaseLost, SQLQueueError
 from ..models import DeliveryState
 from .clock import DatabaseClock
 from .handling import handle
+from .handover import LocalSlots
 from .outcomes import NotStarted, Outcome
 from .partitions import Ident, Partition
 
@@ -44,7 +50,10 @@ class Dispatcher:
 
     def __init__(self, concurrency: int, wake: threading.Event, worker_name: str, token: str,
                  clock: DatabaseClock, using: str,
-                 on_finished: Callable[[Ident, float], None] | None = None) -> None:
+                 on_finished: Callable[[Ident, float], None] | None = None,
+                 slots: LocalSlots | None = None) -> None:
+        # The limits' slots held here: a message may wait for one (None: no limits).
+        self.slots = slots
         # Told each handler's run time (seconds) when metrics are on; None costs nothing.
         self.on_finished = on_finished
         self.outcomes: queue.SimpleQueue[Outcome] = queue.SimpleQueue()
@@ -117,6 +126,13 @@ class Dispatcher:
         ref = (partition.ident, message.offset)
         with self._lock:
             self._running_refs[ref] = self._running_refs.get(ref, 0) + 1
+        start = functools.partial(self._queue, partition, generation, message)
+        if self.slots is None or not self.slots.defer(_delivery(partition, message), start):
+            start()
+
+    def _queue(self, partition: Partition, generation: int, message: Message) -> None:
+        ref = (partition.ident, message.offset)
+        with self._lock:
             priority = _priority(partition, message)
             heapq.heappush(self._waiting, (-priority, next(self._order), partition, generation,
                                            message))
@@ -134,6 +150,19 @@ class Dispatcher:
             self._run(partition, generation, message)
         finally:
             self._finished((partition.ident, message.offset))
+            self._hand_over(_delivery(partition, message))
+
+    def _hand_over(self, delivery: tuple[Ident, int, int]) -> None:
+        """Start the messages waiting for the slots this handler held (before its job
+        ends: a draining worker sees it busy until they run)."""
+        if self.slots is None:
+            return
+        for start in self.slots.finished(delivery):
+            try:
+                start()
+            except RuntimeError:  # the pool shut down: the worker stops, it is redelivered
+                logger.info("not starting a message waiting for a limit slot: the worker "
+                            "is stopping")
 
     def _finished(self, ref: tuple[Ident, int]) -> None:
         with self._lock:
@@ -173,6 +202,10 @@ class Dispatcher:
             if self.on_finished is not None:
                 self.on_finished(partition.ident, time.monotonic() - started)
             close_old_connections()
+
+
+def _delivery(partition: Partition, message: Message) -> tuple[Ident, int, int]:
+    return (partition.ident, message.offset, message.attempt)
 
 
 def _priority(partition: Partition, message: Message) -> int:

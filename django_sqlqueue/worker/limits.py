@@ -12,6 +12,10 @@ attempts do not change), stays its key's head, and is tried again shortly, or at
 when this worker frees a slot of its scope. Other keys, partitions and subscriptions go
 on as before.
 
+A worker keeps its slots while it has more work of their scope: a message denied a slot
+is delivered anyway, to wait in the worker for one of the slots it holds, when fewer
+than two per slot wait (one ``max_running`` claim and no rate only); see :mod:`.handover`.
+
 Slots carry an expiry renewed with the worker's lease renewals, so a crashed worker's
 slots come back within one lease duration.
 """
@@ -21,7 +25,7 @@ from __future__ import annotations
 import logging
 import math
 from collections import defaultdict
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from django.db import transaction
@@ -31,7 +35,7 @@ from ..consuming.message import Message
 from ..consuming.registry import Subscription
 from ..models import LimitBucket, LimitSlot
 from ..models.limit_buckets import Bucket
-from .outcomes import Outcome
+from .handover import WAITING_PER_SLOT, LocalSlots, Ref, Scope, Slot
 from .partitions import Ident, Partition
 from .window import Entry
 
@@ -49,9 +53,6 @@ SWEEP_INTERVAL_MS = 10_000
 # Held messages remembered per scope to wake when a slot frees here (memory bound).
 MAX_REMEMBERED = 10_000
 
-Ref = tuple[Ident, int, int]  # (partition, offset, attempt): one delivery
-Scope = tuple[str, str]  # (scope, key)
-
 
 @dataclass
 class Candidate:
@@ -60,12 +61,6 @@ class Candidate:
     partition: Partition
     entry: Entry
     message: Message
-
-
-@dataclass
-class _Slot:
-    row_id: int
-    scope: Scope
 
 
 @dataclass
@@ -121,8 +116,8 @@ class LimitGate:
         self.token = token  # the worker's fencing token: the holder of its slots
         self.lease_ms = lease_ms
         self.using = using
-        # Slot rows each running delivery holds (committed ones only).
-        self.slots: dict[Ref, list[_Slot]] = {}
+        # The slots held, by delivery, and the messages waiting here for one of them.
+        self.local = LocalSlots()
         # Messages held for a slot, by scope: made due at once when a slot of it frees here.
         self._held: dict[Scope, dict[tuple[Ident, int], tuple[Partition, Entry]]] = (
             defaultdict(dict))
@@ -136,7 +131,7 @@ class LimitGate:
 
     @property
     def running(self) -> int:
-        return len(self.slots)
+        return self.local.count()
 
     # ------------------------------------------------------------------ in the poll cycle
 
@@ -151,7 +146,9 @@ class LimitGate:
         if limits.max_running is not None:
             full_at = self._full_at.get(limits.scope)
             recently_full = full_at is not None and now_ms - full_at < HELD_RETRY_MS
-            caps.append(0 if recently_full else limits.max_running)
+            # ... plus the messages that may wait here for a slot this worker holds.
+            caps.append((0 if recently_full else limits.max_running)
+                        + self.local.openings((limits.scope, "")))
         if limits.rate is not None:
             seen = self._tokens_seen.get((limits.scope, ""))
             if seen is None:
@@ -162,20 +159,30 @@ class LimitGate:
                 caps.append(max(1, math.floor(min(limits.rate.count, refilled))))
         return min(caps) if caps else None
 
-    def release(self, outcomes: Iterable[Outcome], now_ms: int) -> None:
-        """Give back the slots of deliveries whose outcome this cycle records, and make the
-        messages held for those scopes due now."""
-        refs = [ref_of(o.partition, o.message) for o in outcomes]
-        slots = [slot for ref in refs for slot in self.slots.get(ref, ())]
-        if not slots:
-            return
-        LimitSlot.objects.give_back([s.row_id for s in slots], self.token, now_ms, self.using)
-        transaction.on_commit(lambda: self._forget(refs), using=self.using)
-        for scope in {s.scope for s in slots}:
-            self._full_at.pop(scope[0], None)
-            for partition, entry in self._held.pop(scope, {}).values():
+    def release(self, now_ms: int) -> None:
+        """Give back the slots whose handler finished with no message waiting here for
+        them, and make the messages held for scopes with a slot to be had due now: those
+        given back, and those with room to wait here for a slot this worker holds."""
+        slots = self.local.returnable()
+        freed = {s.scope for s in slots}
+        if slots:
+            ids = [s.row_id for s in slots]
+            LimitSlot.objects.give_back(ids, self.token, now_ms, self.using)
+            transaction.on_commit(lambda: self.local.returned(ids), using=self.using)
+            for scope in freed:
+                self._full_at.pop(scope[0], None)
+        for scope in list(self._held):
+            # As many as may wait here (the longest held first): the others would only be
+            # read, held back and written as holds again.
+            wanted = len(self._held[scope]) if scope in freed else self.local.openings(scope)
+            held = self._held[scope]
+            while wanted > 0 and held:
+                partition, entry = held.pop(next(iter(held)))
                 if partition.entries.get(entry.offset) is entry and entry.state == "waiting":
                     partition.hold_until(entry, now_ms)
+                    wanted -= 1
+            if not held:
+                del self._held[scope]
 
     def admit(self, candidates: Sequence[Candidate], now_ms: int) -> list[Candidate]:
         """Take what ``candidates`` need; return those held back (not to be delivered now),
@@ -199,13 +206,26 @@ class LimitGate:
         # each other in a circle.
         states = {scope: self._lock(scope, needs[scope], now_ms) for scope in sorted(needs)}
         held: list[Candidate] = []
-        taken: list[tuple[Candidate, list[_Slot]]] = []
+        taken: list[tuple[Candidate, list[Slot]]] = []
+        to_wait: dict[Ref, Scope] = {}  # delivered to wait for a slot held here
+        # Per scope: how many more may wait for a slot held here, or taken by this cycle.
+        openings: dict[Scope, int] = {}
         for candidate, claims in claimed:
             scopes = [(c.scope, c.key) for c in claims]
             if all(states[s].can(c) for s, c in zip(scopes, claims, strict=True)):
                 rows = [(states[s].take(c), s) for s, c in zip(scopes, claims, strict=True)]
-                taken.append((candidate, [_Slot(r, s) for r, s in rows if r is not None]))
+                taken.append((candidate, [Slot(r, s) for r, s in rows if r is not None]))
+                for row_id, scope in rows:
+                    if row_id is not None:
+                        openings[scope] = self._openings(openings, scope) + WAITING_PER_SLOT
                 continue
+            if _may_wait(claims):
+                scope = scopes[0]
+                openings[scope] = self._openings(openings, scope)
+                if openings[scope] > 0:
+                    openings[scope] -= 1
+                    to_wait[ref_of(candidate.partition, candidate.message)] = scope
+                    continue
             due = max(states[s].retry_at(c, now_ms) for s, c in zip(scopes, claims, strict=True))
             candidate.partition.hold_until(candidate.entry, due)
             for scope, claim in zip(scopes, claims, strict=True):
@@ -228,9 +248,13 @@ class LimitGate:
                 LimitBucket.objects.save_tokens(state.bucket, need.rate.count, need.rate.per_ms,
                                                 now_ms, self.using)
         committed = {ref_of(c.partition, c.message): slots for c, slots in taken if slots}
-        if committed:
-            transaction.on_commit(lambda: self.slots.update(committed), using=self.using)
+        if committed or to_wait:
+            transaction.on_commit(lambda: self.local.taken(committed, to_wait), using=self.using)
         return held
+
+    def _openings(self, openings: dict[Scope, int], scope: Scope) -> int:
+        found = openings.get(scope)
+        return self.local.openings(scope) if found is None else found
 
     def _lock(self, scope: Scope, need: _Need, now_ms: int) -> _State:
         name, key = scope
@@ -257,16 +281,12 @@ class LimitGate:
             state.bucket_busy = state.bucket is None
         return state
 
-    def _forget(self, refs: list[Ref]) -> None:
-        for ref in refs:
-            self.slots.pop(ref, None)
-
     # ------------------------------------------------------------------ with the renewals
 
     def renew(self, now_ms: int) -> None:
         """Push back the expiry of the slots this worker holds, and now and then delete
         per-key rows of keys idle for a while (its own transaction each)."""
-        ids = [s.row_id for slots in list(self.slots.values()) for s in slots]
+        ids = self.local.row_ids()
         if ids:
             LimitSlot.objects.renew(ids, self.token, now_ms + self.lease_ms, self.using)
         if now_ms >= self._next_sweep:
@@ -276,14 +296,20 @@ class LimitGate:
 
     def release_all(self, now_ms: int) -> None:
         """Give back every slot (the worker stops)."""
-        ids = [s.row_id for slots in self.slots.values() for s in slots]
+        ids = self.local.row_ids()
         if ids:
             LimitSlot.objects.give_back(ids, self.token, now_ms, self.using)
-        self.slots.clear()
+        self.local.clear()
 
 
 def ref_of(partition: Partition, message: Message) -> Ref:
     return (partition.ident, message.offset, message.attempt)
+
+
+def _may_wait(claims: Sequence[Claim]) -> bool:
+    """Whether a message denied a slot may wait in the worker for one it holds: it needs
+    one slot and no token (a token is spent when taken: a wait would shift the start)."""
+    return len(claims) == 1 and claims[0].max_running is not None and claims[0].rate is None
 
 
 def _label(candidate: Candidate) -> str:

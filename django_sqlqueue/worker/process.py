@@ -107,10 +107,11 @@ class Worker:
         # Prometheus metrics, when runqueueworker --metrics-port asked for them.
         self.metrics = metrics
         self.leasing = Leasing(self.name, using, subscriptions, conf.lease_duration)
+        self.limits = LimitGate(self.leasing.token, int(conf.lease_duration * 1000), using)
         self.dispatcher = Dispatcher(concurrency, self.wake, self.name, self.leasing.token,
                                      self.clock, using,
-                                     metrics.handler_finished if metrics else None)
-        self.limits = LimitGate(self.leasing.token, int(conf.lease_duration * 1000), using)
+                                     metrics.handler_finished if metrics else None,
+                                     self.limits.local)
         self.cycle = PollCycle(self.name, self.leasing.token, using, conf.dlq_suffix,
                                self.clock.now_ms, self.dispatcher.is_running, self._may_extend,
                                self.limits)

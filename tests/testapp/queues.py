@@ -337,6 +337,11 @@ def capped(message: sqlqueue.Message) -> None:
     _log_run(message)
 
 
+@sqlqueue.subscriber("capped-one", group="limits", max_running=1, backoff=FAST_RETRY)
+def capped_to_one(message: sqlqueue.Message) -> None:
+    _log_run(message)
+
+
 @sqlqueue.subscriber("capped-keys", group="limits", max_running_per_key=2, backoff=FAST_RETRY)
 def capped_per_key(message: sqlqueue.Message) -> None:
     _log_run(message)
