@@ -63,6 +63,7 @@ class Dispatcher:
         self._using = using
         self._pool = ThreadPoolExecutor(max_workers=concurrency, thread_name_prefix="sqlqueue-handler")
         self._wake = wake
+        self._quiet = threading.local()  # see _run_best
         self._running: dict[Future[None], tuple[Ident, int]] = {}
         self._lock = threading.Lock()
         self._running_refs: dict[tuple[Ident, int], int] = {}
@@ -150,19 +151,27 @@ class Dispatcher:
             self._run(partition, generation, message)
         finally:
             self._finished((partition.ident, message.offset))
-            self._hand_over(_delivery(partition, message))
+            # A limited handler whose slot went on to a message with more waiting behind
+            # it needs no poll cycle now: its outcome is recorded by the next poll (within
+            # POLL_INTERVAL). Waking one per finished handler would cost the worker's other
+            # subscriptions a cycle over all its partitions each time.
+            self._quiet.flag = self._hand_over(_delivery(partition, message))
 
-    def _hand_over(self, delivery: tuple[Ident, int, int]) -> None:
+    def _hand_over(self, delivery: tuple[Ident, int, int]) -> bool:
         """Start the messages waiting for the slots this handler held (before its job
-        ends: a draining worker sees it busy until they run)."""
+        ends: a draining worker sees it busy until they run). Returns whether each slot
+        still has a message waiting behind the one it went to."""
         if self.slots is None:
-            return
-        for start in self.slots.finished(delivery):
+            return False
+        starts, supplied = self.slots.finished(delivery)
+        for start in starts:
             try:
                 start()
             except RuntimeError:  # the pool shut down: the worker stops, it is redelivered
                 logger.info("not starting a message waiting for a limit slot: the worker "
                             "is stopping")
+                supplied = False
+        return supplied
 
     def _finished(self, ref: tuple[Ident, int]) -> None:
         with self._lock:
@@ -177,7 +186,12 @@ class Dispatcher:
     def _done(self, future: Future[None]) -> None:
         with self._lock:
             self._running.pop(future, None)
-        self._wake.set()
+        # Called on the pool thread that ran the job (the flag is that job's), or on the
+        # submitting thread when the job had already ended (no flag there: wake).
+        quiet = getattr(self._quiet, "flag", False)
+        self._quiet.flag = False
+        if not quiet:
+            self._wake.set()
 
     def shutdown(self, wait: bool) -> None:
         self._pool.shutdown(wait=wait, cancel_futures=True)

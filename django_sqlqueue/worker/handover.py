@@ -121,19 +121,25 @@ class LocalSlots:
             self._waiting[scope].append((ref, start))
             return True
 
-    def finished(self, ref: Ref) -> list[Start]:
+    def finished(self, ref: Ref) -> tuple[list[Start], bool]:
         """``ref``'s handler finished (or never started): pass each of its slots to the
-        oldest message waiting for its scope, or leave it idle. Returns what to start."""
+        oldest message waiting for its scope, or leave it idle. Returns what to start, and
+        whether every slot went on to a message with another still waiting behind it (so
+        no poll cycle is needed yet to keep the slots busy)."""
         starts = []
+        supplied = True
         with self._lock:
-            for slot in self._busy.pop(ref, ()):
+            slots = self._busy.pop(ref, ())
+            for slot in slots:
                 queue = self._waiting.get(slot.scope)
                 if queue:
                     waiting, start = queue.popleft()
                     if not queue:
                         del self._waiting[slot.scope]
+                        supplied = False
                     self._busy[waiting] = [slot]
                     starts.append(start)
                 else:
                     self._idle[slot.scope].append(slot)
-        return starts
+                    supplied = False
+        return starts, bool(slots) and supplied
