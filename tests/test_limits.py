@@ -148,15 +148,36 @@ def test_a_slot_passes_to_the_next_message_without_a_poll_cycle(workers, tmp_pat
 
 def test_a_full_limit_does_not_hold_up_other_subscriptions_of_the_worker(workers, tmp_path):
     capped_log, free_log = tmp_path / "capped.log", tmp_path / "free.log"
-    publish("capped", capped_log, 12, sleep=2.0)  # 4 rounds of 3: 8 s at least
-    started = start_workers(workers, 1, "capped", "unlimited")
+    publish("capped", capped_log, 6, sleep=4.0)
+    started = start_workers(workers, 1, "capped", "unlimited")  # 4 threads
     wait_until(lambda: LimitSlot.objects.exclude(holder="").count() == 3, timeout=30,
                what="the capped subscription's slots taken", watch=started)
 
     publish("unlimited", free_log, 40)
-    wait_until(lambda: len(runs(free_log)) >= 40, timeout=8,
+    wait_until(lambda: len(runs(free_log)) >= 40, timeout=3.5,
                what="the unlimited subscription handled beside a full limit", watch=started)
-    assert len(runs(capped_log)) < 12  # the capped ones were still waiting meanwhile
+    assert runs(capped_log) == []  # the capped ones were still running, or waiting
+
+
+def test_limited_handlers_run_on_threads_of_their_own(workers, tmp_path):
+    """Handlers holding a max_running slot take none of the threads the worker's other
+    subscriptions share, and a worker holds no more such slots than its concurrency."""
+    capped_log, free_log = tmp_path / "capped.log", tmp_path / "free.log"
+    publish("capped", capped_log, 6, sleep=4.0)
+    started = [workers.start("w0", "--topic", "capped", "--topic", "unlimited",
+                             "--concurrency", "2")]
+    wait_until(lambda: LimitSlot.objects.exclude(holder="").count() == 2, timeout=30,
+               what="two of the capped subscription's slots taken", watch=started)
+
+    publish("unlimited", free_log, 40)
+    # Both shared threads are free for them: before limited handlers had threads of
+    # their own, these 40 waited for the two capped handlers' 4 s.
+    wait_until(lambda: len(runs(free_log)) >= 40, timeout=3.5,
+               what="the unlimited subscription handled on the shared threads", watch=started)
+    assert runs(capped_log) == []
+    # The third slot is left for another worker: this one runs two limited handlers.
+    assert LimitSlot.objects.exclude(holder="").count() == 2
+    assert_no_failed_cycles(started)
 
 
 def test_a_crashed_workers_slots_come_back_within_a_lease(workers, tmp_path):

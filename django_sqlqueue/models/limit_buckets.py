@@ -42,7 +42,11 @@ class LimitBucketManager(models.Manager["LimitBucket"]):
         None while another transaction holds it."""
         digest = key_digest(key)
         rows = self.using(using).filter(scope=scope, limit_key=digest)
-        if not rows.exists():
+        locked = rows.select_for_update(skip_locked=True).values_list("id", "tokens", "refilled_at")
+        found = list(locked[:1])
+        if not found:
+            if rows.exists():
+                return None  # another transaction holds it
             connection = connections[using]
             q = sqlb.quoter(connection)
             prefix, suffix = sqlb.insert_ignore(connection, ("scope", "limit_key"))
@@ -53,10 +57,9 @@ class LimitBucketManager(models.Manager["LimitBucket"]):
                          f"VALUES (%s, %s, %s, %s, %s, %s, %s){suffix}",
                          [scope, digest, key[:KEY_LENGTH], rate[:RATE_LENGTH], capacity, now_ms,
                           now_ms])
-        found = list(rows.select_for_update(skip_locked=True)
-                     .values_list("id", "tokens", "refilled_at")[:1])
-        if not found:
-            return None
+            found = list(locked[:1])
+            if not found:
+                return None
         row_id, tokens, refilled_at = found[0]
         elapsed = max(0, now_ms - int(refilled_at))
         return Bucket(int(row_id), min(float(capacity), float(tokens) + elapsed * per_ms))

@@ -47,12 +47,23 @@ def deliver(partitions: list[Partition], capacity: int, idle_threads: int, now_m
     # let go this cycle: more would only be read, held back and written as holds.
     capped = set()
     for members in by_subscription(wanting).values():
-        cap = None if gate is None else gate.hand_out_cap(members[0].subscription, now_ms)
-        if cap is not None:
-            each = max(1, -(-cap // len(members)))  # the cap shared by its partitions here
+        if gate is None:
+            break
+        cap, until = gate.hand_out_cap(members[0].subscription, now_ms)
+        if cap is None:
+            continue
+        # The cap shared by its partitions here, at least one each while it is not 0 (a
+        # partition's messages may be all that can go).
+        each = 0 if cap == 0 else max(1, -(-cap // len(members)))
+        for partition in members:
+            share[partition.ident] = min(share[partition.ident], each)
+            capped.add(partition.ident)
+        if cap == 0:
+            # Nothing of it can go before ``until``: what is due waits for that in memory,
+            # and nothing new is read (it would only be held back and written as a hold,
+            # every cycle the worker runs for its other work).
             for partition in members:
-                share[partition.ident] = min(share[partition.ident], each)
-                capped.add(partition.ident)
+                partition.postpone(now_ms, until)
     unpark_due(wanting, share, now_ms, using)
     handout = HandOut(result, clock, using, dlq_suffix, gate)
     prioritised = [p for p in wanting if p.subscription.priority_of is not None]

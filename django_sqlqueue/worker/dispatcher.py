@@ -9,9 +9,13 @@ a message of a higher priority (a task's ``priority``; 0 for subscriptions) star
 every lower one this worker has fetched, whichever partition it came from. Equal
 priorities start in the order they were handed out.
 
-A message delivered to wait for a ``max_running`` slot this worker holds (see
-:mod:`.handover`) takes no thread while it waits: the handler that frees the slot
-queues it as it finishes.
+Handlers holding a slot of a ``max_running`` limit (see :mod:`.limits`) run on threads
+of their own, as many as the worker's concurrency, not on the threads every other
+subscription shares: a limited subscription, often the slow one kept from overloading
+something, never takes a thread from the others, the way a queue of its own would. Its
+fleet-wide limit bounds how many such threads run (see LimitGate.own_room). A message
+delivered to wait for a slot this worker holds (see :mod:`.handover`) takes no thread
+while it waits: the handler that frees the slot queues it as it finishes.
 """
 
 from __future__ import annotations
@@ -39,6 +43,10 @@ from .partitions import Ident, Partition
 
 logger = logging.getLogger("django_sqlqueue.worker")
 
+# The thread pools: ``shared`` runs every handler but those holding a slot of a
+# ``max_running`` limit, which run on ``limited``.
+SHARED, LIMITED = "shared", "limited"
+
 # (partition, offset, invisible until): extensions made by handler threads, for the main
 # thread to fold into the partition's state (only the main thread touches that state).
 Extensions = queue.SimpleQueue[tuple[Ident, int, int]]
@@ -61,24 +69,37 @@ class Dispatcher:
         self._fence = (worker_name, token)  # what extensions check the lease with
         self._clock = clock
         self._using = using
-        self._pool = ThreadPoolExecutor(max_workers=concurrency, thread_name_prefix="sqlqueue-handler")
+        self._pools = {SHARED: ThreadPoolExecutor(max_workers=concurrency,
+                                                  thread_name_prefix="sqlqueue-handler")}
+        if slots is not None:  # threads start as needed: none unless a limit is used
+            self._pools[LIMITED] = ThreadPoolExecutor(max_workers=concurrency,
+                                                      thread_name_prefix="sqlqueue-limited")
         self._wake = wake
         self._quiet = threading.local()  # see _run_best
-        self._running: dict[Future[None], tuple[Ident, int]] = {}
+        self._running: dict[Future[None], str] = {}  # pool jobs queued or running: their pool
         self._lock = threading.Lock()
         self._running_refs: dict[tuple[Ident, int], int] = {}
         # When each running handler started (time.monotonic()), for MAX_HANDLER_TIME.
         self._started: dict[tuple[Ident, int], float] = {}
         self._overdue_logged: set[tuple[Ident, int]] = set()
-        # Messages waiting for a thread: (-priority, hand-out order, partition, generation,
-        # message). Each submit() queues one and submits one pool job that runs the best.
-        self._waiting: list[tuple[int, int, Partition, int, Message]] = []
+        # Messages waiting for a thread, per pool: (-priority, hand-out order, partition,
+        # generation, message). Each one queued comes with one job of its pool that runs
+        # the best.
+        self._waiting: dict[str, list[tuple[int, int, Partition, int, Message]]] = {
+            lane: [] for lane in self._pools}
         self._order = itertools.count()
 
     @property
     def busy(self) -> int:
+        """Handlers queued or running, on every pool."""
         with self._lock:
             return len(self._running)
+
+    @property
+    def shared_busy(self) -> int:
+        """Handlers queued or running on the shared threads (``concurrency`` of them)."""
+        with self._lock:
+            return sum(1 for lane in self._running.values() if lane == SHARED)
 
     def is_running(self, ident: Ident, offset: int) -> bool:
         """Whether a handler for this message is queued or running in this process."""
@@ -132,21 +153,23 @@ class Dispatcher:
             start()
 
     def _queue(self, partition: Partition, generation: int, message: Message) -> None:
-        ref = (partition.ident, message.offset)
+        lane = (LIMITED if self.slots is not None
+                and self.slots.holds_own(_delivery(partition, message)) else SHARED)
         with self._lock:
             priority = _priority(partition, message)
-            heapq.heappush(self._waiting, (-priority, next(self._order), partition, generation,
-                                           message))
-        future = self._pool.submit(self._run_best)
+            heapq.heappush(self._waiting[lane], (-priority, next(self._order), partition,
+                                                 generation, message))
+        future = self._pools[lane].submit(self._run_best, lane)
         with self._lock:
-            self._running[future] = ref
+            self._running[future] = lane
         future.add_done_callback(self._done)
 
-    def _run_best(self) -> None:
-        """A pool job: run the highest-priority waiting message (not necessarily the one
-        whose submit() queued this job; the counts match, so every message runs once)."""
+    def _run_best(self, lane: str) -> None:
+        """A pool job: run the highest-priority message waiting for the pool (not
+        necessarily the one whose _queue() submitted this job; the counts match, so every
+        message runs once)."""
         with self._lock:
-            _, _, partition, generation, message = heapq.heappop(self._waiting)
+            _, _, partition, generation, message = heapq.heappop(self._waiting[lane])
         try:
             self._run(partition, generation, message)
         finally:
@@ -194,7 +217,8 @@ class Dispatcher:
             self._wake.set()
 
     def shutdown(self, wait: bool) -> None:
-        self._pool.shutdown(wait=wait, cancel_futures=True)
+        for pool in self._pools.values():
+            pool.shutdown(wait=wait, cancel_futures=True)
 
     def _run(self, partition: Partition, generation: int, message: Message) -> None:
         if not partition.usable(generation):

@@ -58,6 +58,18 @@ class LocalSlots:
             return [s.row_id for slots in [*self._busy.values(), *self._idle.values()]
                     for s in slots]
 
+    def own_count(self) -> int:
+        """Slots of scopes' own limits (``max_running``, not per key) held here."""
+        with self._lock:
+            return sum(1 for slots in [*self._busy.values(), *self._idle.values()]
+                       for s in slots if not s.scope[1] and s.row_id not in self._going)
+
+    def holds_own(self, ref: Ref) -> bool:
+        """Whether the delivery ``ref`` holds a slot of a scope's own limit (and so runs
+        on the worker's threads for limited handlers)."""
+        with self._lock:
+            return any(not s.scope[1] for s in self._busy.get(ref, ()))
+
     def openings(self, scope: Scope) -> int:
         """Messages of ``scope`` the cycle may deliver to wait for a slot held here."""
         with self._lock:

@@ -16,6 +16,11 @@ A worker keeps its slots while it has more work of their scope: a message denied
 is delivered anyway, to wait in the worker for one of the slots it holds, when fewer
 than two per slot wait (one ``max_running`` claim and no rate only); see :mod:`.handover`.
 
+Handlers holding a slot of a scope's own ``max_running`` run on threads of their own (see
+:mod:`.dispatcher`), as many as the worker's concurrency: a worker holds no more such
+slots than that (``max_own``), so a slot is never held by a handler waiting for a thread,
+and the other workers get the rest.
+
 Slots carry an expiry renewed with the worker's lease renewals, so a crashed worker's
 slots come back within one lease duration.
 """
@@ -25,7 +30,7 @@ from __future__ import annotations
 import logging
 import math
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from django.db import transaction
@@ -50,6 +55,10 @@ BUSY_RETRY_MS = 50
 # running lately, not for every key ever seen.
 KEY_IDLE_MS = 30_000
 SWEEP_INTERVAL_MS = 10_000
+# A scope's slot rows are made sure of (inserted if missing) once; when every one is found
+# taken, again after this long (ms): rows go missing only when the table is emptied by hand,
+# and a full limit is the common case, not worth a statement per cycle.
+ENSURE_AGAIN_MS = 10_000
 # Held messages remembered per scope to wake when a slot frees here (memory bound).
 MAX_REMEMBERED = 10_000
 
@@ -112,8 +121,16 @@ class _State:
 class LimitGate:
     """One worker's side of the limits: the slots it holds, and its held messages."""
 
-    def __init__(self, token: str, lease_ms: int, using: str) -> None:
+    def __init__(self, token: str, lease_ms: int, using: str,
+                 max_own: int | None = None,
+                 sharers: Callable[[Subscription], int] | None = None) -> None:
         self.token = token  # the worker's fencing token: the holder of its slots
+        # How many workers consume a subscription (this one included), as last counted:
+        # they share its bucket's refill.
+        self._sharers = sharers
+        # The most slots of scopes' own limits (not per key) held here at once: the
+        # threads limited handlers run on (None: no bound).
+        self.max_own = max_own
         self.lease_ms = lease_ms
         self.using = using
         # The slots held, by delivery, and the messages waiting here for one of them.
@@ -121,7 +138,8 @@ class LimitGate:
         # Messages held for a slot, by scope: made due at once when a slot of it frees here.
         self._held: dict[Scope, dict[tuple[Ident, int], tuple[Partition, Entry]]] = (
             defaultdict(dict))
-        self._ensured: set[tuple[str, int]] = set()  # (scope, count) rows known to exist
+        # (scope, count) whose rows are known to exist, and when they were made sure of (ms).
+        self._ensured: dict[tuple[str, int], int] = {}
         # Each rated scope's tokens when this worker last saw its bucket, and when (ms).
         self._tokens_seen: dict[Scope, tuple[float, int]] = {}
         # Scopes whose slots were all taken at this worker's last try, and when (ms): until
@@ -133,31 +151,54 @@ class LimitGate:
     def running(self) -> int:
         return self.local.count()
 
+    def own_room(self) -> int | None:
+        """How many more slots of scopes' own limits this worker may take (None: any)."""
+        return None if self.max_own is None else max(0, self.max_own - self.local.own_count())
+
     # ------------------------------------------------------------------ in the poll cycle
 
-    def hand_out_cap(self, subscription: Subscription, now_ms: int) -> int | None:
-        """Messages of ``subscription`` worth handing out this cycle (None: no cap): its
-        max_running, and about the tokens its bucket holds by now. More would only be
-        read, held back and written as holds."""
+    def hand_out_cap(self, subscription: Subscription, now_ms: int) -> tuple[int | None, int]:
+        """Messages of ``subscription`` worth handing out this cycle (None: no cap), and
+        when a cap of 0 may be more. The cap is its max_running (or the slots this worker
+        may still take), plus what may wait here for a slot it holds, and the tokens its
+        bucket holds by now, as far as this worker knows. More would only be read, held
+        back and written as holds."""
         limits = subscription.limits
         if not isinstance(limits, SubscriptionLimits):
-            return None
+            return None, now_ms
         caps = []
+        when = now_ms
         if limits.max_running is not None:
             full_at = self._full_at.get(limits.scope)
             recently_full = full_at is not None and now_ms - full_at < HELD_RETRY_MS
-            # ... plus the messages that may wait here for a slot this worker holds.
-            caps.append((0 if recently_full else limits.max_running)
-                        + self.local.openings((limits.scope, "")))
+            room = self.own_room()
+            takeable = 0 if recently_full else limits.max_running
+            cap = ((takeable if room is None else min(takeable, room))
+                   + self.local.openings((limits.scope, "")))
+            caps.append(cap)
+            if cap == 0:
+                # Tried again when the full limit is looked at again, or, when this worker
+                # holds all it may, after a while (a slot it frees wakes what it held
+                # back sooner: see release()).
+                looked = full_at if full_at is not None and recently_full and room != 0 else now_ms
+                when = max(when, looked + HELD_RETRY_MS)
         if limits.rate is not None:
             seen = self._tokens_seen.get((limits.scope, ""))
             if seen is None:
                 caps.append(limits.rate.count)
             else:
+                # Tokens left at this worker's last look, and its part of the refill since:
+                # the other workers consuming the subscription take theirs. Looking sooner
+                # would mostly find the bucket empty (and hold back what was read).
                 tokens, at = seen
-                refilled = tokens + max(0, now_ms - at) * limits.rate.per_ms
-                caps.append(max(1, math.floor(min(limits.rate.count, refilled))))
-        return min(caps) if caps else None
+                per_ms = limits.rate.per_ms / max(1, self._sharers(subscription)
+                                                  if self._sharers is not None else 1)
+                refilled = tokens + max(0, now_ms - at) * per_ms
+                cap = math.floor(min(limits.rate.count, refilled))
+                caps.append(cap)
+                if cap == 0:
+                    when = max(when, now_ms + max(1, math.ceil((1 - refilled) / per_ms)))
+        return (min(caps) if caps else None), when
 
     def release(self, now_ms: int) -> None:
         """Give back the slots whose handler finished with no message waiting here for
@@ -204,15 +245,22 @@ class LimitGate:
             return []
         # Scopes in one order in every worker: two cycles creating rows never wait for
         # each other in a circle.
-        states = {scope: self._lock(scope, needs[scope], now_ms) for scope in sorted(needs)}
+        states = {scope: (_State() if self._only_waiting(scope, needs[scope], claimed, now_ms)
+                          else self._lock(scope, needs[scope], now_ms))
+                  for scope in sorted(needs)}
         held: list[Candidate] = []
         taken: list[tuple[Candidate, list[Slot]]] = []
         to_wait: dict[Ref, Scope] = {}  # delivered to wait for a slot held here
         # Per scope: how many more may wait for a slot held here, or taken by this cycle.
         openings: dict[Scope, int] = {}
+        room = self.own_room()
         for candidate, claims in claimed:
             scopes = [(c.scope, c.key) for c in claims]
-            if all(states[s].can(c) for s, c in zip(scopes, claims, strict=True)):
+            own = any(c.max_running is not None and not c.key for c in claims)
+            roomy = room is None or room > 0 or not own
+            if roomy and all(states[s].can(c) for s, c in zip(scopes, claims, strict=True)):
+                if own and room is not None:
+                    room -= 1
                 rows = [(states[s].take(c), s) for s, c in zip(scopes, claims, strict=True)]
                 taken.append((candidate, [Slot(r, s) for r, s in rows if r is not None]))
                 for row_id, scope in rows:
@@ -227,6 +275,8 @@ class LimitGate:
                     to_wait[ref_of(candidate.partition, candidate.message)] = scope
                     continue
             due = max(states[s].retry_at(c, now_ms) for s, c in zip(scopes, claims, strict=True))
+            if not roomy:
+                due = max(due, now_ms + HELD_RETRY_MS)  # or when a slot frees here
             candidate.partition.hold_until(candidate.entry, due)
             for scope, claim in zip(scopes, claims, strict=True):
                 if claim.max_running is not None:
@@ -256,20 +306,36 @@ class LimitGate:
         found = openings.get(scope)
         return self.local.openings(scope) if found is None else found
 
+    def _only_waiting(self, scope: Scope, need: _Need,
+                      claimed: Sequence[tuple[Candidate, Sequence[Claim]]], now_ms: int) -> bool:
+        """Whether the cycle may leave ``scope``'s rows alone: its whole limit was taken at
+        this worker's last try, moments ago (so a free slot is unlikely, and other workers
+        are tried again on their own timers), and each of its messages can only wait here
+        for a slot this worker holds, or be held. The cycles that keep a worker's slots
+        supplied then send no statement for the limit."""
+        name, key = scope
+        full_at = self._full_at.get(name)
+        if key or need.rate is not None or full_at is None or now_ms - full_at >= HELD_RETRY_MS:
+            return False
+        return all(_may_wait(claims) for _, claims in claimed
+                   if any((c.scope, c.key) == scope for c in claims))
+
     def _lock(self, scope: Scope, need: _Need, now_ms: int) -> _State:
         name, key = scope
         state = _State()
         if need.max_running:
-            if key or (name, need.max_running) not in self._ensured:
+            ensured = (name, need.max_running)
+            if key or ensured not in self._ensured:
                 LimitSlot.objects.ensure(name, key, need.max_running, now_ms, self.using)
                 if not key:
-                    self._ensured.add((name, need.max_running))
+                    self._ensured[ensured] = now_ms
             state.free = LimitSlot.objects.lock_free(name, key, need.max_running, need.count,
                                                      now_ms, self.using)
-            if not state.free:
+            if not state.free and not key and now_ms - self._ensured.get(ensured, now_ms) >= (
+                    ENSURE_AGAIN_MS):
                 # All taken, or the rows are gone (a table emptied by hand): make sure
                 # they exist next time.
-                self._ensured.discard((name, need.max_running))
+                del self._ensured[ensured]
             if not key:
                 if len(state.free) < need.count:
                     self._full_at[name] = now_ms

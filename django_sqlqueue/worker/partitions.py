@@ -334,6 +334,17 @@ class Partition(Parking):
         self._schedule(entry)
         self._retried.append(entry)  # parked by park_retries() if it waits long
 
+    def postpone(self, now_ms: int, until_ms: int) -> None:
+        """Entries due by ``now_ms`` wait until ``until_ms``, as held back by a limit
+        (see hold_until()): a limit lets none of them go before."""
+        if self.subscription.priority_of is not None:
+            while (entry := self.best_ready(now_ms)) is not None:
+                self.pop_best()
+                self.hold_until(entry, until_ms)
+            return
+        for entry in self.take_ready(now_ms, len(self.entries)):
+            self.hold_until(entry, until_ms)
+
     def hold_until(self, entry: Entry, due_ms: int) -> None:
         """A fleet-wide limit holds ``entry`` back (see :mod:`.limits`): it waits, not
         delivered and its attempts unchanged, until ``due_ms``; it stays its key's head."""

@@ -107,7 +107,8 @@ class Worker:
         # Prometheus metrics, when runqueueworker --metrics-port asked for them.
         self.metrics = metrics
         self.leasing = Leasing(self.name, using, subscriptions, conf.lease_duration)
-        self.limits = LimitGate(self.leasing.token, int(conf.lease_duration * 1000), using)
+        self.limits = LimitGate(self.leasing.token, int(conf.lease_duration * 1000), using,
+                                max_own=concurrency, sharers=self._sharers)
         self.dispatcher = Dispatcher(concurrency, self.wake, self.name, self.leasing.token,
                                      self.clock, using,
                                      metrics.handler_finished if metrics else None,
@@ -272,6 +273,10 @@ class Worker:
         self._retried_busy = pending and not self._retried_busy
         return SEQUENCER_BUSY_RETRY if self._retried_busy else poll
 
+    def _sharers(self, subscription: Subscription) -> int:
+        """The live workers consuming ``subscription``, at the last count (1: none yet)."""
+        return self.leasing.last_counts.get((subscription.group, subscription.topic), (0, 1))[1]
+
     # ------------------------------------------------------------------ steps of a tick
 
     def _cycle(self, batch: Batch) -> CycleResult | bool:
@@ -286,7 +291,7 @@ class Worker:
             return False
         elsewhere = sum(p.in_flight_count() for ident, p in self.partitions.items()
                         if ident not in members)
-        idle_threads = max(0, self.concurrency - self.dispatcher.busy)
+        idle_threads = max(0, self.concurrency - self.dispatcher.shared_busy)
         started = time.monotonic()
         try:
             self.session.ensure()
