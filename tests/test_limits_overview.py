@@ -3,7 +3,10 @@ the metrics show each scope's running slots against its max_running, and its buc
 
 from __future__ import annotations
 
+import json
+
 import pytest
+from django.core.management import call_command
 from django.urls import reverse
 
 from django_sqlqueue import operations
@@ -83,3 +86,29 @@ def test_the_metrics_export_each_limit():
 
     assert value("sqlqueue_limit_running") == 1
     assert value("sqlqueue_limit_max_running") == 3
+
+
+def test_the_limits_command_prints_each_limit(capsys):
+    hold_slots(SCOPE, "", 3, 2)
+    hold_slots("limits:capped-keys", "a", 2, 1)
+
+    call_command("sqlqueue", "limits")
+    lines = capsys.readouterr().out.splitlines()
+
+    assert lines[0].split() == ["SCOPE", "RUNNING", "RATE", "TOKENS", "PER", "KEY", "KEYS",
+                                "RUNNING"]
+    rows = {line.split()[0]: line for line in lines[1:]}
+    assert rows[SCOPE].split()[1] == "2/3"
+    assert "2 running" in rows["limits:capped-keys"]
+    assert "1 (1 slots)" in rows["limits:capped-keys"]
+
+    call_command("sqlqueue", "limits", "--json")
+    objects = {o["scope"]: o for o in json.loads(capsys.readouterr().out)}
+    assert (objects[SCOPE]["running"], objects[SCOPE]["max_running"]) == (2, 3)
+
+
+def test_the_limits_command_says_when_no_limit_was_used(capsys):
+    call_command("sqlqueue", "limits")
+    assert capsys.readouterr().out.strip() == "no limit has been used yet"
+    call_command("sqlqueue", "limits", "--json")
+    assert json.loads(capsys.readouterr().out) == []

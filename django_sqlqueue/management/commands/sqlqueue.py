@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 import sys
 from argparse import ArgumentParser
-from datetime import datetime
 from typing import Any, NoReturn
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
@@ -21,6 +20,7 @@ from django_sqlqueue.cancelling import cancel
 from django_sqlqueue.conf import MAX_PARTITIONS, get_settings
 from django_sqlqueue.exceptions import TopicNotDrained
 from django_sqlqueue.groups import GroupInUse, UnknownGroup
+from django_sqlqueue.management import tables
 from django_sqlqueue.management.progress import ProgressBar
 from django_sqlqueue.management.selection import dead_letter_filter, positive_seconds
 from django_sqlqueue.models import ConsumerOffset, QueueMessage, Topic
@@ -30,6 +30,8 @@ USAGE_ERROR = 2  # exit status for bad input and refused operations
 
 SUBCOMMANDS = {
     "stats": "One row per topic and consumer group: lag, in flight, dead letters, workers.",
+    "limits": "One row per fleet-wide limit: slots running against max_running, tokens left, "
+              "keys running.",
     "health": "Exit 0 when every (or the named) group has a live worker and nothing pending "
               "too long, else 1; one line either way.",
     "replay": "Re-deliver dead letters to the group that failed them, and only to it.",
@@ -110,27 +112,28 @@ class Command(BaseCommand):
             objects = [r.as_json() for r in rows]
             if indent is not None:
                 self.stdout.write(json.dumps(objects, indent=indent))
-            elif not objects:
-                self.stdout.write("[]")
             else:
-                # One object per line: a list a log collector or grep can read line by line.
-                self.stdout.write("[\n" + ",\n".join(map(json.dumps, objects)) + "\n]")
+                tables.write_json_lines(self.stdout.write, objects)
             return
-        header = ("TOPIC", "GROUP", "LAG", "IN FLIGHT", "DEAD", "OLDEST", "WORKERS", "PAUSED",
-                  "LAST MIN", "LAST HOUR")
-        table = [header] + [(
-            r.topic, r.group, f"{'~' if r.lag_estimated else ''}{r.lag}", str(r.in_flight),
-            f"{r.dead_letters}{'+' if r.dead_letters_capped else ''}",
-            "-" if r.oldest_pending_age_seconds is None else f"{r.oldest_pending_age_seconds:.0f}s",
-            str(r.workers), "yes" if r.paused else "no", str(r.handled_per_minute[-1]),
-            str(sum(r.handled_per_minute)),
-        ) for r in rows]
-        widths = [max(len(row[i]) for row in table) for i in range(len(header))]
-        for row in table:
-            self.stdout.write("  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True))
-                              .rstrip())
+        tables.write_overview(self.stdout.write, rows)
         if not rows:
             self.stdout.write("no consumer group is registered")
+
+    # ----------------------------------------------------------------- limits
+
+    def add_limits_arguments(self, parser: ArgumentParser) -> None:
+        parser.add_argument("--json", action="store_true",
+                            help="Print a JSON list of objects, one object per line, instead "
+                                 "of a table.")
+
+    def handle_limits(self, options: dict[str, Any]) -> None:
+        rows = ops.limits_overview(using=options["database"])
+        if options["json"]:
+            tables.write_json_lines(self.stdout.write, [r.as_json() for r in rows])
+        elif rows:
+            tables.write_limits(self.stdout.write, rows)
+        else:
+            self.stdout.write("no limit has been used yet")
 
     # ----------------------------------------------------------------- health
 
@@ -376,20 +379,7 @@ class Command(BaseCommand):
         if not rows:
             self.stdout.write("no schedule is defined")
             return
-        header = ("NAME", "CRON", "TIMEZONE", "TARGET", "NEXT RUN", "LAST RUN", "LAST MESSAGE",
-                  "PAUSED", "FROM")
-        table = [header] + [(
-            r.name, r.cron, r.timezone, r.target, _when(r.next_run_at), _when(r.last_run_at),
-            r.last_message or "-", "yes" if r.paused else "no", r.origin,
-        ) for r in rows]
-        widths = [max(len(row[i]) for row in table) for i in range(len(header))]
-        for row in table:
-            self.stdout.write("  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True))
-                              .rstrip())
-
-
-def _when(moment: datetime | None) -> str:
-    return "-" if moment is None else moment.strftime("%Y-%m-%d %H:%M:%SZ")
+        tables.write_schedules(self.stdout.write, rows)
 
 
 def _dead_letter_arguments(parser: ArgumentParser) -> None:
