@@ -93,10 +93,15 @@ COMPAT_POSTGRES_URL ?= postgres://postgres@127.0.0.1:5432/compat
 # without a JVM (tests/test_spark_protocol.py).
 SPARK_URL ?= mysql://root@127.0.0.1:3306/spark
 # What the Python 3.11 run covers on MariaDB and PostgreSQL under make test: the
-# migrations, the system checks and publishing (the rest runs there on Python 3.13, and
-# on SQLite in full on Python 3.11).
+# migrations, the system checks and publishing (the rest runs there on Python 3.13).
 COMPAT_SMOKE_TESTS ?= tests/test_migrations.py tests/test_migration_partitions.py \
   tests/test_migration_heartbeat_groups.py tests/test_checks.py tests/test_publish.py
+# ... and on SQLite: every test but those starting worker processes, which run on all three
+# backends on Python 3.13 (the worker's code runs in-process here too: drain(), the
+# in-process worker tests), except the ones marked compat: the task worker (the Tasks
+# framework comes from the django-tasks backport on Django 5.2) and a worker's lifecycle.
+# The worker tests are most of the suite's time: all of them here cost CI 3-4 minutes.
+COMPAT_SQLITE_SELECTION ?= -m "not spark and (not worker or compat)"
 BACKENDS ?= sqlite mysql postgres
 BENCH_DATABASE_URL ?= $(or $(DATABASE_URL),$(MYSQL_URL))
 PYTEST_ARGS ?=
@@ -266,7 +271,7 @@ backend_name = $(if $(filter sqlite,$(1)),SQLite,$(if $(filter mysql,$(1)),Maria
 compat_url = $(if $(filter sqlite,$(1)),$(COMPAT_SQLITE_URL),$(if $(filter mysql,$(1)),$(COMPAT_MYSQL_URL),$(COMPAT_POSTGRES_URL)))
 # Under CI=true the Python 3.11 run goes along: in full on SQLite, and on the servers the
 # migrations, checks and publishing. The spark extra is not installed there.
-COMPAT_SUITES = $(if $(IS_CI),$(foreach b,$(BACKENDS),$(call suite,Python $(COMPAT_VERSION) / Django $(COMPAT_DJANGO_SERIES): $(call backend_name,$(b)),$(NICED) env SQLQUEUE_REQUIRE_SPARK=0 $(COMPAT_PY),$(call compat_url,$(b)),-m "not spark" $(if $(filter sqlite,$(b)),,$(COMPAT_SMOKE_TESTS)) $(PYTEST_ARGS))))
+COMPAT_SUITES = $(if $(IS_CI),$(foreach b,$(BACKENDS),$(call suite,Python $(COMPAT_VERSION) / Django $(COMPAT_DJANGO_SERIES): $(call backend_name,$(b)),$(NICED) env SQLQUEUE_REQUIRE_SPARK=0 $(COMPAT_PY),$(call compat_url,$(b)),$(if $(filter sqlite,$(b)),$(COMPAT_SQLITE_SELECTION),$(COMPAT_SMOKE_TESTS)) $(PYTEST_ARGS))))
 
 # The Spark session's tests against one backend, in a database of their own: MariaDB
 # when it is in BACKENDS, else PostgreSQL, else SQLite.

@@ -21,6 +21,7 @@ def workers(transactional_db, tmp_path):  # type: ignore[no-untyped-def]
 
 @pytest.mark.django_db(transaction=True)
 @pytest.mark.worker
+@pytest.mark.compat
 def test_max_running_holds_per_concurrency_key_across_workers(workers, tmp_path):
     log = tmp_path / "runs.log"
     for account_id in (1, 2):

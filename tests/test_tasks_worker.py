@@ -18,7 +18,7 @@ from tests.testapp import tasks
 from tests.testapp.models import Handled
 from tests.worker_harness import run_command, run_manage, wait_until, worker_pool
 
-pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.worker]
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.worker, pytest.mark.compat]
 
 
 @pytest.fixture

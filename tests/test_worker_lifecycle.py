@@ -29,7 +29,7 @@ from tests.worker_harness import (
     worker_pool,
 )
 
-pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.worker]
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.worker, pytest.mark.compat]
 
 EPSILON = 0.05  # seconds of slack for timing assertions between processes on this host
 
