@@ -180,6 +180,24 @@ def test_limited_handlers_run_on_threads_of_their_own(workers, tmp_path):
     assert_no_failed_cycles(started)
 
 
+def test_a_worker_holding_all_the_slots_it_may_still_takes_one_of_another_limit(workers, tmp_path):
+    """A worker of concurrency 1 keeps its one slot while its scope has work: a second
+    limited subscription still gets a slot of its own, not whatever the first leaves."""
+    one_log, three_log = tmp_path / "one.log", tmp_path / "three.log"
+    publish("capped-one", one_log, 20, sleep=0.1)
+    publish("capped", three_log, 4, sleep=0.1)
+    started = [workers.start("w0", "--topic", "capped-one", "--topic", "capped",
+                             "--concurrency", "1")]
+
+    wait_until(lambda: len(runs(one_log)) >= 20 and len(runs(three_log)) >= 4, timeout=60,
+               what="both limited subscriptions handled", watch=started)
+    ones, threes = runs(one_log), runs(three_log)
+    # Neither waited for the other's whole backlog.
+    assert threes[0].start < ones[-1].start
+    assert ones[0].start < threes[-1].start
+    assert_no_failed_cycles(started)
+
+
 def test_a_crashed_workers_slots_come_back_within_a_lease(workers, tmp_path):
     log = tmp_path / "runs.log"
     publish("capped", log, 3, sleep_first=60)  # the first attempts hang

@@ -64,6 +64,12 @@ class LocalSlots:
             return sum(1 for slots in [*self._busy.values(), *self._idle.values()]
                        for s in slots if not s.scope[1] and s.row_id not in self._going)
 
+    def holds(self, scope: Scope) -> bool:
+        """Whether this worker holds a slot of ``scope`` (one it keeps)."""
+        with self._lock:
+            return any(s.scope == scope for slots in self._busy.values() for s in slots) or any(
+                s.row_id not in self._going for s in self._idle.get(scope, ()))
+
     def holds_own(self, ref: Ref) -> bool:
         """Whether the delivery ``ref`` holds a slot of a scope's own limit (and so runs
         on the worker's threads for limited handlers)."""

@@ -17,9 +17,11 @@ is delivered anyway, to wait in the worker for one of the slots it holds, when f
 than two per slot wait (one ``max_running`` claim and no rate only); see :mod:`.handover`.
 
 Handlers holding a slot of a scope's own ``max_running`` run on threads of their own (see
-:mod:`.dispatcher`), as many as the worker's concurrency: a worker holds no more such
-slots than that (``max_own``), so a slot is never held by a handler waiting for a thread,
-and the other workers get the rest.
+:mod:`.dispatcher`), as many as the worker's concurrency: a worker takes no more such
+slots than that (``max_own``), so a slot is rarely held by a handler waiting for a thread,
+and the other workers get the rest; but it always may take one slot of a scope it holds
+none of, so that a scope keeping its slots busy never leaves another waiting for its
+whole backlog.
 
 Slots carry an expiry renewed with the worker's lease renewals, so a crashed worker's
 slots come back within one lease duration.
@@ -172,9 +174,13 @@ class LimitGate:
             full_at = self._full_at.get(limits.scope)
             recently_full = full_at is not None and now_ms - full_at < HELD_RETRY_MS
             room = self.own_room()
-            takeable = 0 if recently_full else limits.max_running
-            cap = ((takeable if room is None else min(takeable, room))
-                   + self.local.openings((limits.scope, "")))
+            if recently_full:
+                takeable = 0
+            elif room is None or room > 0:
+                takeable = limits.max_running if room is None else min(limits.max_running, room)
+            else:
+                takeable = 0 if self.local.holds((limits.scope, "")) else 1
+            cap = takeable + self.local.openings((limits.scope, ""))
             caps.append(cap)
             if cap == 0:
                 # Tried again when the full limit is looked at again, or, when this worker
@@ -254,13 +260,18 @@ class LimitGate:
         # Per scope: how many more may wait for a slot held here, or taken by this cycle.
         openings: dict[Scope, int] = {}
         room = self.own_room()
+        gotten: set[Scope] = set()  # scopes of own slots this cycle takes
         for candidate, claims in claimed:
             scopes = [(c.scope, c.key) for c in claims]
-            own = any(c.max_running is not None and not c.key for c in claims)
-            roomy = room is None or room > 0 or not own
+            own = next(((c.scope, c.key) for c in claims
+                        if c.max_running is not None and not c.key), None)
+            roomy = (room is None or room > 0 or own is None
+                     or (own not in gotten and not self.local.holds(own)))
             if roomy and all(states[s].can(c) for s, c in zip(scopes, claims, strict=True)):
-                if own and room is not None:
-                    room -= 1
+                if own is not None:
+                    gotten.add(own)
+                    if room is not None and room > 0:
+                        room -= 1
                 rows = [(states[s].take(c), s) for s, c in zip(scopes, claims, strict=True)]
                 taken.append((candidate, [Slot(r, s) for r, s in rows if r is not None]))
                 for row_id, scope in rows:
