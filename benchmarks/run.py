@@ -19,6 +19,7 @@ import json
 import os
 import platform
 import shutil
+import signal
 import sys
 import tempfile
 import time
@@ -97,6 +98,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    # A run stopped with SIGTERM or SIGHUP (timeout, a closed terminal) still stops the
+    # workers it started, in the finally below: left running, they would join the next
+    # run's drains.
+    for stop in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(stop, lambda signum, _frame: sys.exit(128 + signum))
     os.environ["DJANGO_SETTINGS_MODULE"] = "benchmarks.settings"
 
     from benchmarks import database
