@@ -19,6 +19,7 @@ from .conf import (
     is_seconds,
     raw_settings,
 )
+from .docs import see
 from .models.fields import TOPIC_LENGTH
 from .models.payload_search import FIELD_RE
 
@@ -178,8 +179,8 @@ def _topic_errors(topics: Any) -> list[CheckMessage]:
                 errors.append(Error(
                     f"{where}['PARTITIONS'] must be an integer from 1 to {MAX_PARTITIONS}, "
                     f"got {options['PARTITIONS']!r}.",
-                    hint="A topic's partition count is recorded when it is first used; see "
-                    "'Changing the partition count' in docs/consuming.md.", id="sqlqueue.E014",
+                    hint="A topic's partition count is recorded when it is first used. "
+                    + see("consuming", "Changing the partition count"), id="sqlqueue.E014",
                 ))
     return errors
 
@@ -222,7 +223,8 @@ def check_sqlite_transaction_mode(
                 f"DATABASES['{alias}'] is SQLite with transaction_mode {mode}; queue workers "
                 "and publishers will hit 'database is locked' errors (retried, but slow).",
                 hint="Set OPTIONS = {'transaction_mode': 'IMMEDIATE', 'timeout': 20, "
-                "'init_command': 'PRAGMA journal_mode=WAL;'}.",
+                "'init_command': 'PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;'}. "
+                + see("quickstart", "SQLite"),
                 id="sqlqueue.W002",
             ))
     return warnings
@@ -250,11 +252,11 @@ def check_schedules(
     app_configs: Sequence[AppConfig] | None = None, **kwargs: Any,
 ) -> list[CheckMessage]:
     """``SQLQUEUE["SCHEDULES"]``: cron, time zone, catch-up policy, task or message of each
-    schedule (``sqlqueue.E090`` … ``E096``); ``W090`` for a topic no subscriber consumes."""
+    schedule (``sqlqueue.E090`` … ``E096``)."""
     from .scheduling.spec import E_FIELDS, problems
 
     declared = raw_settings()["SCHEDULES"]
-    hint = "See 'Declaring schedules' in docs/scheduling.md."
+    hint = see("scheduling", "Declaring schedules")
     if not isinstance(declared, dict):
         return [Error(f"SQLQUEUE['SCHEDULES'] must be a dict of schedules by name, got "
                       f"{type(declared).__name__}.", hint=hint, id=E_FIELDS)]
@@ -262,18 +264,33 @@ def check_schedules(
     for name, options in declared.items():
         errors += [Error(message + ".", hint=hint, id=check_id, obj=f"SCHEDULES[{name!r}]")
                    for check_id, message in problems(name, options)]
-    topics = {name: options["topic"] for name, options in declared.items() if "topic" in options}
-    if errors or not topics:
-        return errors
-    consumed = _consumed_topics()
-    for name, topic in topics.items():
-        if consumed is not None and topic not in consumed:
-            errors.append(Warning(
-                f"schedule {name!r} publishes to topic {topic!r}, which no @subscriber "
-                "consumes: its messages would wait in the log.",
-                hint="Check the topic's spelling, or subscribe a handler to it in a queues.py.",
-                id="sqlqueue.W090", obj=f"SCHEDULES[{name!r}]"))
     return errors
+
+
+# A deployment check: a schedule's topic may be read by something that is not a
+# @subscriber (a Spark stream), so this is a question for the deploy review (``manage.py
+# check --deploy``), not a warning every ``manage.py`` command repeats; it also imports
+# every installed app's queues.py, which no other command needs.
+@register("sqlqueue", deploy=True)
+def check_schedule_topics(
+    app_configs: Sequence[AppConfig] | None = None, **kwargs: Any,
+) -> list[CheckMessage]:
+    """``W090`` for a schedule that publishes to a topic no subscriber consumes."""
+    declared = raw_settings()["SCHEDULES"]
+    if not isinstance(declared, dict) or check_schedules(app_configs):
+        return []  # the errors above come first
+    topics = {name: options["topic"] for name, options in declared.items()
+              if isinstance(options, dict) and "topic" in options}
+    consumed = _consumed_topics() if topics else None
+    return [
+        Warning(
+            f"schedule {name!r} publishes to topic {topic!r}, which no @subscriber "
+            "consumes: its messages would wait in the log.",
+            hint="Check the topic's spelling, or subscribe a handler to it in a queues.py.",
+            id="sqlqueue.W090", obj=f"SCHEDULES[{name!r}]")
+        for name, topic in topics.items()
+        if consumed is not None and topic not in consumed
+    ]
 
 
 def _consumed_topics() -> set[str] | None:

@@ -133,5 +133,14 @@ def test_a_bad_schedule_name_fails_the_checks():
     assert ids({"no spaces": {"cron": "@daily", "topic": "orders"}}) == ["sqlqueue.E090"]
 
 
-def test_a_topic_no_subscriber_consumes_is_a_warning():
-    assert ids({"s": {"cron": "@daily", "topic": "nobody-reads-this"}}) == ["sqlqueue.W090"]
+def test_a_topic_no_subscriber_consumes_is_a_deployment_warning():
+    from django.core.checks import run_checks
+
+    declared = {"s": {"cron": "@daily", "topic": "nobody-reads-this"}}
+    assert ids(declared) == []
+    with override_settings(SQLQUEUE={"SCHEDULES": declared}):
+        # What every manage.py command runs: not repeated there ...
+        assert "sqlqueue.W090" not in [e.id for e in run_checks(tags=["sqlqueue"])]
+        # ... but reported by `manage.py check --deploy`.
+        deploy = run_checks(tags=["sqlqueue"], include_deployment_checks=True)
+        assert [e.id for e in deploy] == ["sqlqueue.W090"]

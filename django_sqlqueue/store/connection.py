@@ -15,8 +15,6 @@ from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
-import environ
-
 from ..db import sql as sqlb
 from ..db import vendor as db_vendor
 from ..exceptions import SQLQueueError
@@ -229,6 +227,13 @@ def parse_url(url: str) -> dict[str, Any]:
     """django-environ's reading of ``url``: ENGINE, NAME, USER, PASSWORD, HOST, PORT."""
     if not isinstance(url, str) or not url:
         raise ConnectFailed("a database url is required, e.g. mysql://user:pass@host:3306/db")
+    try:
+        # Only the Spark data source and the archive job read urls: the spark extra
+        # installs django-environ, and nothing else of the package needs it.
+        import environ
+    except ImportError:
+        raise ConnectFailed("reading a database url needs django-environ: "
+                            "pip install 'django-sqlqueue[spark]'") from None
     try:
         config = dict(environ.Env.db_url_config(url))
     except Exception as exc:  # noqa: BLE001 - any parse failure is a bad url

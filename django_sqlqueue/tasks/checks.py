@@ -9,10 +9,11 @@ from django.conf import settings
 from django.core.checks import CheckMessage, Error
 from django.utils.module_loading import import_string
 
+from ..docs import see
 from .backend import MAX_QUEUE_NAME, QueueBackend
 from .options import option_errors
 
-_SETTINGS_HINT = "See 'Settings' in docs/tasks.md."
+_SETTINGS_HINT = see("tasks", "Settings")
 DEFAULT_QUEUE = "default"  # a backend without QUEUES has this one queue
 
 
