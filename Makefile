@@ -180,10 +180,11 @@ $(VENV)/.sqlqueue-python: FORCE
 $(COMPAT_VENV)/.sqlqueue-python: FORCE
 	$(call ensure_venv,$(COMPAT_VENV),$(COMPAT_PYTHON),$(COMPAT_VERSION),$(COMPAT_DJANGO_SERIES))
 
-# Package + Django + django-environ only: no database drivers, no compiler.
+# Package + Django + django-environ (the example project's settings read DATABASE_URL with
+# it) only: no database drivers, no compiler.
 $(VENV)/.stamp-base: pyproject.toml $(VENV)/.sqlqueue-python
 	@echo "sqlqueue: installing django-sqlqueue (editable) into $(VENV)"
-	$(PY) -m pip install -qq -e . 'Django~=$(DJANGO_SERIES).0'
+	$(PY) -m pip install -qq -e . 'Django~=$(DJANGO_SERIES).0' 'django-environ>=0.11'
 	@touch $@
 
 # Debian packages mysqlclient builds against, and running database servers (.ci/provision
@@ -326,7 +327,7 @@ chaos-short: $(VENV)/.stamp-dev | provision
 
 clean:
 	rm -rf $(VENV) $(COMPAT_VENV) .test-data .mypy_cache .ruff_cache .pytest_cache build dist
-	rm -rf *.egg-info example_project/*.sqlite3 example_project/*.sqlite3-*
+	rm -rf *.egg-info example_project/*.sqlite3 example_project/*.sqlite3-* example_project/demo-logs
 	find . -path ./.git -prune -o -name __pycache__ -type d -prune -exec rm -rf {} +
 
 FORCE:

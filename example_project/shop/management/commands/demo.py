@@ -14,7 +14,6 @@ import os
 import signal
 import subprocess
 import sys
-import tempfile
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -42,6 +41,7 @@ SCHEDULE = "sales-report"  # SQLQUEUE["SCHEDULES"] in settings.py
 REMINDER_TOPIC = "reminders"
 REMINDER_DELAY = 30  # seconds
 MANAGE_PY = Path(__file__).resolve().parents[3] / "manage.py"
+DEMO_LOGS = MANAGE_PY.parent / "demo-logs"  # the workers' logs, one folder per run
 WORKERS = ("demo-worker-1", "demo-worker-2")
 CONSUME_TIMEOUT = 60.0  # seconds the demo waits for the workers before giving up
 
@@ -173,14 +173,17 @@ def show_the_log(run: Run) -> None:
 
 def start_two_workers(run: Run) -> None:
     run.heading("8. Two workers consume the orders: groups billing and emails, independently")
-    run.worker_logs = Path(tempfile.mkdtemp(prefix="sqlqueue-demo-"))
+    # In the project's directory (make clean removes it), never the system's temp directory.
+    run.worker_logs = DEMO_LOGS / run.id
+    run.worker_logs.mkdir(parents=True, exist_ok=True)
     for name in WORKERS:
         log = (run.worker_logs / f"{name}.log").open("wb")
         run.workers[name] = subprocess.Popen(  # noqa: S603 - this interpreter, fixed arguments
             [sys.executable, str(MANAGE_PY), "runqueueworker", "--name", name],
             stdout=log, stderr=subprocess.STDOUT, env=os.environ.copy(),
         )
-    run.say(f"started {', '.join(WORKERS)} (manage.py runqueueworker; logs in {run.worker_logs})")
+    logs = os.path.relpath(run.worker_logs)
+    run.say(f"started {', '.join(WORKERS)} (manage.py runqueueworker; logs in {logs})")
     _wait_for_rebalance(run)
     run.say("both hold a fair share of the partitions; placing six more orders and a poison one")
     run.orders += [place_order(customer, Decimal(total)) for customer, total in [
@@ -207,14 +210,30 @@ def start_two_workers(run: Run) -> None:
                            f"logs in {run.worker_logs}")
     pids = {process.pid: name for name, process in run.workers.items()}
     rows = []
+    moved: list[str] = []
     for group in ("billing", "emails"):
+        runs = HandlerRun.objects.filter(group=group, order__in=_order_ids(run)).order_by("pk")
+        first_worker: dict[str, str] = {}  # key -> the worker that handled it first
+        keys_of: dict[str, set[str]] = {name: set() for name in pids.values()}
+        for pid, customer in runs.values_list("worker_pid", "order__customer"):
+            key = f"customer-{customer}"
+            first_worker.setdefault(key, pids[pid])
+            keys_of[pids[pid]].add(key)
         for pid, name in pids.items():
-            runs = HandlerRun.objects.filter(group=group, worker_pid=pid, order__in=order_ids)
-            customers = sorted({f"customer-{c}" for c in runs.values_list("order__customer", flat=True)})
-            rows.append((group, name, str(runs.count()), ", ".join(customers) or "-"))
-    _table(run, ["group", "worker", "handled", "keys"], rows)
+            mine = runs.filter(worker_pid=pid)
+            rows.append((group, name, str(mine.filter(succeeded=True).count()),
+                         str(mine.filter(succeeded=False).count()),
+                         ", ".join(sorted(keys_of[name])) or "-"))
+        moved += [f"{key} in {group} (first {worker})" for key, worker in first_worker.items()
+                  if sum(key in keys for keys in keys_of.values()) > 1]
+    _table(run, ["group", "worker", "handled", "failed", "keys"], rows)
     run.say("each partition is leased to one worker per group, and a key always maps to the same "
             "partition; both groups saw every order")
+    if moved:
+        run.say(f"under both workers: {', '.join(sorted(moved))}. The first worker to start "
+                "leased every partition and handled the early orders; when the second one "
+                "joined, the partitions were shared out and that key's partition moved to it. "
+                "One worker at a time holds a partition, so the key's order held across the move")
 
 
 def show_the_dead_letter(run: Run) -> None:
@@ -333,12 +352,17 @@ def _wait_for_rebalance(run: Run) -> None:
     raise CommandError(f"the workers did not share partitions within {CONSUME_TIMEOUT:.0f} s")
 
 
+def _order_ids(run: Run) -> list[int]:
+    """This run's orders, the poison one included."""
+    return [order.pk for order in run.orders] + ([run.poison.pk] if run.poison else [])
+
+
 def _summary(run: Run) -> None:
-    ids = [order.pk for order in run.orders] + ([run.poison.pk] if run.poison else [])
+    ids = _order_ids(run)
     published = QueueMessage.objects.filter(offset__gt=run.first_offset).exclude(
         topic__endswith="_dlq").count()
     billed = HandlerRun.objects.filter(group="billing", succeeded=True, order__in=ids).count()
-    mailed = HandlerRun.objects.filter(group="emails", order__in=ids).count()
+    mailed = HandlerRun.objects.filter(group="emails", succeeded=True, order__in=ids).count()
     dead = QueueMessage.objects.filter(offset__gt=run.first_offset, topic__endswith="_dlq").count()
     run.stdout.write(
         f"Summary: {published} messages published, billing handled {billed}, emails handled "
