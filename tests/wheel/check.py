@@ -6,8 +6,11 @@ example project against it: what a user installing from an index gets.
 Steps: ``python -m build`` on a copy of the files a clone would have (the wheel is built
 from the sdist, so a file the sdist leaves out is missing from the wheel too); every file
 of the package in the source tree must be in both archives, and the wheel must declare the
-test helpers' pytest plugin (its ``pytest11`` entry point); a virtualenv without system
-site-packages gets the wheel (not editable) and Django; then, from a copy of the example
+test helpers' pytest plugin (its ``pytest11`` entry point), and its METADATA the README,
+the license and the project's addresses; a virtualenv without system site-packages gets the
+wheel (not editable) and Django, and quickstart.md's first section is followed command by
+command in a new ``django-admin startproject``; then, with django-environ added, from a copy
+of the example
 project outside the checkout, ``check``, ``migrate``, the admin's overview and dead-letters
 pages with a logged-in superuser, and a message published, handled by ``runqueueworker
 --burst`` and recorded by its handlers; last, the example's own tests (``manage.py test
@@ -19,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -118,6 +122,88 @@ def check_entry_points(wheel: Path) -> None:
                      f"its entry_points.txt: {text!r}")
 
 
+def check_metadata(wheel: Path) -> None:
+    """What an index shows of the wheel: the README as its description, the license, the
+    project's addresses; and no dependency that only an extra needs."""
+    with zipfile.ZipFile(wheel) as archive:
+        names = [n for n in archive.namelist() if n.endswith(".dist-info/METADATA")]
+        text = archive.read(names[0]).decode() if names else ""
+        licenses = [n for n in archive.namelist() if "/licenses/" in n and n.endswith("LICENSE")]
+    headers, _, body = text.partition("\n\n")
+    fields: dict[str, list[str]] = {}
+    for line in headers.splitlines():
+        name, _, value = line.partition(": ")
+        fields.setdefault(name, []).append(value)
+    problems = []
+    if fields.get("Description-Content-Type") != ["text/markdown"]:
+        problems.append(f"Description-Content-Type {fields.get('Description-Content-Type')}")
+    readme_title = (ROOT / "README.md").read_text().splitlines()[0]
+    if not body.startswith(readme_title):
+        problems.append(f"the long description does not start with {readme_title!r}")
+    if fields.get("License-Expression") != ["BSD-3-Clause"] or not licenses:
+        problems.append(f"License-Expression {fields.get('License-Expression')}, "
+                        f"license files {licenses}")
+    urls = dict(v.split(", ", 1) for v in fields.get("Project-URL", []))
+    if not {"Source", "Documentation", "Issues"} <= urls.keys():
+        problems.append(f"Project-URL {sorted(urls)}")
+    unconditional = [r for r in fields.get("Requires-Dist", []) if "extra ==" not in r]
+    if any(r.lower().startswith("django-environ") for r in unconditional):
+        problems.append("django-environ is required without an extra")
+    if problems:
+        raise Failed("the wheel's METADATA: " + "; ".join(problems))
+    print(f"sqlqueue: METADATA has the README, {fields['License-Expression'][0]}, "
+          f"{len(urls)} project URLs; requires {', '.join(unconditional)}")
+
+
+def quickstart_steps() -> list[tuple[str, str]]:
+    """The blocks of quickstart.md's first section, in order: ("console", commands) or
+    (path, Python source to write, or to add at the end when the path says so)."""
+    text = (ROOT / "docs" / "quickstart.md").read_text()
+    start = text.index("## Your first message, start to finish")
+    section = text[start:text.index("\n## ", start + 1)]
+    steps = []
+    for language, block in re.findall(r"```(\w+)\n(.*?)```", section, flags=re.S):
+        if language == "console":
+            steps.append(("console", block))
+        else:
+            first, _, rest = block.partition("\n")
+            steps.append((first.removeprefix("# "), rest))
+    return steps
+
+
+def follow_the_quickstart(python: Path, work: Path) -> None:
+    """quickstart.md's first section, command by command, in a new ``startproject``
+    with only the wheel and Django installed (no database driver, no django-environ)."""
+    venv_bin = python.parent
+    where = work / "quickstart"
+    shutil.rmtree(where, ignore_errors=True)
+    where.mkdir(parents=True)
+    env = clean_environment()
+    env.update({"PATH": f"{venv_bin}{os.pathsep}{env.get('PATH', '')}",
+                "PYTHONDONTWRITEBYTECODE": "1"})
+    cwd = where
+    output = ""
+    for kind, content in quickstart_steps():
+        if kind != "console":
+            path, _, how = kind.partition(": ")
+            target = cwd / path
+            if how == "add at the end":
+                target.write_text(target.read_text() + "\n" + content)
+            else:
+                target.write_text(content)
+            continue
+        for command in filter(None, content.splitlines()):
+            if command.startswith(("python -m venv", "pip install")):
+                continue  # this virtualenv has the wheel, as pip install would give
+            if command.startswith("cd "):
+                cwd = cwd / command[3:].strip()
+                continue
+            output = run(["bash", "-c", command], cwd=cwd, env=env)
+    if "hello, Ada" not in output:
+        raise Failed(f"the quickstart's worker did not print 'hello, Ada':\n{output[-2000:]}")
+    print("sqlqueue: quickstart.md's first message, in a new startproject: 'hello, Ada'")
+
+
 def clean_environment() -> dict[str, str]:
     """This process's environment without what would let the checkout leak in."""
     return {key: value for key, value in os.environ.items()
@@ -139,6 +225,13 @@ def make_venv(venv: Path, wheel: Path) -> Path:
          "--disable-pip-version-check", str(wheel), f"Django=={django.__version__}"], cwd=ROOT,
         env=clean_environment())
     return python
+
+
+def add_example_requirements(python: Path) -> None:
+    """The example project's settings read DATABASE_URL with django-environ."""
+    run([sys.executable, "-m", "pip", "--python", str(python), "install", "-q", "--no-compile",
+         "--disable-pip-version-check", "django-environ>=0.11"], cwd=ROOT,
+        env=clean_environment())
 
 
 def exercise(python: Path, venv: Path, work: Path) -> None:
@@ -177,7 +270,10 @@ def main() -> int:
     try:
         sdist, wheel = build(work)
         check_archives(sdist, wheel)
+        check_metadata(wheel)
         python = make_venv(work / "venv", wheel)
+        follow_the_quickstart(python, work)
+        add_example_requirements(python)
         exercise(python, work / "venv", work)
     except Failed as exc:
         print(f"sqlqueue: wheel check FAILED: {exc}", file=sys.stderr)
