@@ -16,6 +16,7 @@ from ..cancelling import CancelResult, CancelStatus, cancel
 from ..models import Cancellation, LogSequencer, QueueMessage
 from ..models.cancellations import ALL_GROUPS
 from .actions import record
+from .bounded import QueueModelAdmin
 from .deliveries import deliveries
 from .display import pre, pretty_json, when
 from .filters import PartitionFilter, TopicFilter
@@ -26,17 +27,15 @@ MAX_CANCEL = 1000
 
 
 @admin.register(QueueMessage)
-class QueueMessageAdmin(admin.ModelAdmin):
+class QueueMessageAdmin(QueueModelAdmin):
     list_display = ("offset", "topic", "partition", "key", "message_id", "position",
                     "published", "due", "dead_letter_of")
     list_filter = (TopicFilter, PartitionFilter)
     search_fields = ("=offset",)
     search_help_text = "An offset."
-    ordering = ("-offset",)
-    sortable_by = ()
+    ordering = ("-offset",)  # the primary key, read backwards; no other (admin/bounded.py)
     paginator = CappedPaginator
     show_full_result_count = False
-    show_facets = admin.ShowFacets.NEVER  # facet counts would COUNT(*) every filter choice
     list_per_page = 50
     change_list_template = "admin/django_sqlqueue/change_list.html"
     change_form_template = "admin/django_sqlqueue/message_change_form.html"

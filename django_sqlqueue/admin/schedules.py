@@ -13,11 +13,12 @@ from django.utils.safestring import SafeString
 from .. import operations
 from ..models import Schedule
 from .actions import record
+from .bounded import QueueModelAdmin
 from .display import pre, pretty_json, when
 
 
 @admin.register(Schedule)
-class ScheduleAdmin(admin.ModelAdmin):
+class ScheduleAdmin(QueueModelAdmin):
     list_display = ("name", "cron", "timezone", "target", "next_run", "last_run",
                     "last_message", "paused", "origin")
     list_filter = ("paused", "origin")
