@@ -7,6 +7,9 @@ millions of rows either is a full scan per page view, open to any staff user who
 So each page keeps the order of the index it reads (``?o=`` is ignored), and a parameter
 that none of its declared filters takes is refused with a 400, as Django refuses the lookups
 it disallows. Every ModelAdmin of the app derives from :class:`QueueModelAdmin`.
+
+The same class makes every action need the view permission of the page it acts from: a
+permission to act is never a permission to act blind.
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ from typing import Any
 from django.contrib import admin
 from django.contrib.admin.exceptions import DisallowedModelAdminLookup
 from django.contrib.admin.views.main import ORDER_VAR, ChangeList
+from django.contrib.auth import get_permission_codename
 from django.http import HttpRequest
 
 
@@ -41,7 +45,7 @@ class BoundedChangeList(ChangeList):
 
 
 class QueueModelAdmin(admin.ModelAdmin):
-    """The base of every ModelAdmin of the app: bounded reads."""
+    """The base of every ModelAdmin of the app: bounded reads, view before action."""
 
     sortable_by = ()
     show_facets = admin.ShowFacets.NEVER  # facet counts would COUNT(*) every filter choice
@@ -51,3 +55,15 @@ class QueueModelAdmin(admin.ModelAdmin):
 
     def get_sortable_by(self, request: HttpRequest) -> tuple[str, ...]:
         return ()
+
+    def has_view_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        # The view permission itself: Django also lets "change" imply "view", and here the
+        # change permissions name operations (pausing a schedule), not a way of looking.
+        codename = get_permission_codename("view", self.opts)
+        return request.user.has_perm(f"{self.opts.app_label}.{codename}")
+
+    def may(self, request: HttpRequest, codename: str) -> bool:
+        """Whether the user may run the operation ``codename`` from this page: its own
+        permission, and the view permission of the rows it acts on."""
+        return (self.has_view_permission(request)
+                and request.user.has_perm(f"{self.opts.app_label}.{codename}"))

@@ -64,10 +64,10 @@ class DeadLetterAdmin(QueueModelAdmin):
     # ----------------------------------------------------------------- actions
 
     def has_replay_permission(self, request: HttpRequest) -> bool:
-        return request.user.has_perm("django_sqlqueue.replay_deadletter")
+        return self.may(request, "replay_deadletter")
 
     def has_discard_permission(self, request: HttpRequest) -> bool:
-        return request.user.has_perm("django_sqlqueue.discard_deadletter")
+        return self.may(request, "discard_deadletter")
 
     @admin.action(description="Replay to the group that gave up on them", permissions=["replay"])
     def replay_dead_letters(self, request: HttpRequest,

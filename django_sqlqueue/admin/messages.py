@@ -114,10 +114,10 @@ class QueueMessageAdmin(QueueModelAdmin):
             reverse("admin:django_sqlqueue_queuemessage_change", args=[message.offset]))
 
     def has_deliver_permission(self, request: HttpRequest) -> bool:
-        return request.user.has_perm("django_sqlqueue.deliver_message")
+        return self.may(request, "deliver_message")
 
     def has_cancel_permission(self, request: HttpRequest) -> bool:
-        return request.user.has_perm("django_sqlqueue.cancel_message")
+        return self.may(request, "cancel_message")
 
     @admin.action(description="Cancel selected messages (for every consumer group)",
                   permissions=["cancel"])

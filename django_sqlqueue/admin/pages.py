@@ -166,7 +166,7 @@ class PartitionAdmin(PageAdmin):
         }
 
     def has_release_permission(self, request: HttpRequest) -> bool:
-        return request.user.has_perm("django_sqlqueue.release_partition")
+        return self.may(request, "release_partition")
 
     def act(self, request: HttpRequest) -> None:
         if request.POST.get("action") != "release" or not self.has_release_permission(request):
@@ -226,7 +226,7 @@ class SubscriberAdmin(PageAdmin):
         }
 
     def has_forget_permission(self, request: HttpRequest) -> bool:
-        return request.user.has_perm("django_sqlqueue.forget_group")
+        return self.may(request, "forget_group")
 
     def act(self, request: HttpRequest) -> None:
         if request.POST.get("action") != "forget" or not self.has_forget_permission(request):

@@ -40,7 +40,7 @@ class ScheduleAdmin(QueueModelAdmin):
         return False  # settings schedules would come back; pause instead
 
     def has_pause_permission(self, request: HttpRequest) -> bool:
-        return request.user.has_perm("django_sqlqueue.change_schedule")
+        return self.may(request, "change_schedule")
 
     @admin.action(description="Pause the selected schedules", permissions=["pause"])
     def pause_schedules(self, request: HttpRequest, queryset: QuerySet[Any]) -> None:
