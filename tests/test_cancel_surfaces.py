@@ -13,6 +13,7 @@ from django.core.management.base import CommandError
 from django.urls import reverse
 
 import django_sqlqueue as sqlqueue
+from django_sqlqueue.admin.actions import CONFIRM_FIELD
 from django_sqlqueue.models import Cancellation, DeliveryState, PartitionLease, QueueMessage
 from django_sqlqueue.models.delivery import MessageRef
 from django_sqlqueue.operations.names import database_now_ms
@@ -98,9 +99,9 @@ def test_the_admin_action_cancels_the_selected_messages_and_records_it(groups):
     stored = publish(3)
     running("billing", QueueMessage.objects.get(offset=stored[2].offset))
     client = client_for(staff("ops", "view_queuemessage", "cancel_message"))
-    response = client.post(MESSAGES, {"action": "cancel_messages",
-                                      ACTION_CHECKBOX_NAME: [m.offset for m in stored]},
-                           follow=True)
+    selection = {"action": "cancel_messages", ACTION_CHECKBOX_NAME: [m.offset for m in stored]}
+    assert client.post(MESSAGES, selection).status_code == 200  # the confirmation page
+    response = client.post(MESSAGES, {**selection, CONFIRM_FIELD: "yes"}, follow=True)
     assert response.status_code == 200
     shown = [str(m) for m in response.context["messages"]]
     assert any(f"Cancelled 2 message(s) for every consumer group: {stored[1].offset}, "
@@ -126,3 +127,63 @@ def test_the_cancel_action_is_offered_only_to_users_who_may_cancel(groups):
     assert not Cancellation.objects.exists()
     may = client_for(staff("ops", "view_queuemessage", "cancel_message"))
     assert "cancel_messages" in may.get(MESSAGES).content.decode()
+
+
+def cancel_post(client, select_across: bool = False, **fields):
+    return client.post(MESSAGES, {"action": "cancel_messages", "index": "0",
+                                  "select_across": "1" if select_across else "0", **fields})
+
+
+def test_the_admin_cancel_shows_how_many_in_which_topics_and_groups_first(groups):
+    orders = publish(3)
+    invoices = publish(2, topic="invoices")
+    client = client_for(staff("ops", "view_queuemessage", "cancel_message"))
+    page = cancel_post(client, **{ACTION_CHECKBOX_NAME: [m.offset for m in orders + invoices]})
+    assert page.status_code == 200
+    assert not Cancellation.objects.exists()  # nothing happens before the confirmation
+    text = page.content.decode()
+    assert "Cancel <strong>5</strong> messages?" in text
+    assert ("3 in topic &#x27;orders&#x27;, for consumer group(s) billing, shipping and any "
+            "group registered later") in text
+    assert "2 in topic &#x27;invoices&#x27;, for any consumer group registered later (none yet)" in text
+    done = cancel_post(client, **{ACTION_CHECKBOX_NAME: [m.offset for m in orders + invoices],
+                                  CONFIRM_FIELD: "yes"})
+    assert done.status_code == 302
+    assert set(Cancellation.objects.filter(consumer_group="")
+               .values_list("message_offset", flat=True)) == {m.offset for m in orders + invoices}
+
+
+def test_cancelling_everything_the_filter_matches_shows_the_real_scope_and_cancels_only_that(
+        groups, monkeypatch):
+    from django_sqlqueue.admin import messages as module
+    monkeypatch.setattr(module, "MAX_CANCEL", 4)
+    orders = publish(6)
+    publish(2, topic="invoices")
+    client = client_for(staff("ops", "view_queuemessage", "cancel_message"))
+    # "Select all", as a browser posts it (with the rows of the page ticked), filtered.
+    page = client.post(MESSAGES + "?topic=orders", {
+        "action": "cancel_messages", "index": "0", "select_across": "1",
+        ACTION_CHECKBOX_NAME: [orders[-1].offset]})
+    assert page.status_code == 200 and not Cancellation.objects.exists()
+    text = page.content.decode()
+    assert "Cancel <strong>4</strong> messages (everything the current filter matches)?" in text
+    assert "More than 4 messages match: only the newest 4" in text
+    assert "4 in topic &#x27;orders&#x27;" in text and "invoices" not in text
+    shown = page.context["hidden"]
+    # Published after the page was shown: not what the operator confirmed.
+    later = publish(1)
+    confirmed = {"action": "cancel_messages", "index": "0", "select_across": "1",
+                 ACTION_CHECKBOX_NAME: [orders[-1].offset], CONFIRM_FIELD: "yes", **dict(shown)}
+    assert client.post(MESSAGES + "?topic=orders", confirmed).status_code == 302
+    assert set(Cancellation.objects.values_list("message_offset", flat=True)) == {
+        m.offset for m in orders[2:]}
+    assert not Cancellation.objects.filter(message_offset=later[0].offset).exists()
+
+
+def test_select_all_without_its_confirmation_page_cancels_nothing(groups):
+    [message] = publish(1)
+    client = client_for(staff("ops", "view_queuemessage", "cancel_message"))
+    page = cancel_post(client, select_across=True, **{ACTION_CHECKBOX_NAME: [message.offset],
+                                                      CONFIRM_FIELD: "yes"})
+    assert page.status_code == 200 and 'id="sqlqueue-confirm-count"' in page.content.decode()
+    assert not Cancellation.objects.exists()

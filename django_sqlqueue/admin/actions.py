@@ -8,6 +8,7 @@ done and to how many) and reported to the user in a message.
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import django
@@ -45,11 +46,14 @@ def confirmed(request: HttpRequest) -> bool:
 
 def confirmation_page(model_admin: ModelAdmin, request: HttpRequest, queryset: QuerySet[Any],
                       action: str, title: str, verb: str, count: int,
-                      warning: str = "") -> TemplateResponse:
+                      warning: str = "", details: Sequence[str] = (),
+                      hidden: Mapping[str, str] | None = None) -> TemplateResponse:
     """The page that shows what an action would touch and runs it when posted back.
 
     It posts the same form fields again (the action, the selection or ``select_across``)
-    to the same URL, which keeps the changelist's filters in its query string.
+    to the same URL, which keeps the changelist's filters in its query string; ``hidden``
+    adds fields of the action's own (what the page showed, to run on exactly that).
+    ``details`` are lines describing the scope (per topic, say).
     """
     opts = model_admin.model._meta
     sample = list(queryset[:SAMPLE_SIZE])
@@ -63,6 +67,8 @@ def confirmation_page(model_admin: ModelAdmin, request: HttpRequest, queryset: Q
         "sample": sample,
         "more": count - len(sample),
         "warning": warning,
+        "details": list(details),
+        "hidden": sorted((hidden or {}).items()),
         "action": action,
         "select_across": request.POST.get("select_across") == "1",
         "selected": request.POST.getlist(helpers.ACTION_CHECKBOX_NAME),

@@ -1,4 +1,9 @@
-"""List filters whose choices come from small tables, never from a scan of the log."""
+"""List filters whose choices come from small tables, never from a scan of the log.
+
+Those tables grow too (a topic per tenant, groups that come and go), so each filter offers
+at most CHOICES names, first by name, and says when there are more; a name given in the URL
+(a link from the overview) is always among them and always filters.
+"""
 
 from __future__ import annotations
 
@@ -12,44 +17,66 @@ from django.http import HttpRequest
 from ..conf import get_settings
 from ..models import ConsumerOffset, Topic
 
-
-def _topics(using: str) -> list[str]:
-    return list(Topic.objects.using(using).order_by("topic").values_list("topic", flat=True))
+CHOICES = 100  # names a filter or a page's select offers at most
 
 
-class OriginalTopicFilter(admin.SimpleListFilter):
-    """The topic a dead letter was published to."""
+def capped_names(queryset: QuerySet[Any], field: str, selected: str = "",
+                 limit: int = CHOICES) -> tuple[list[str], bool]:
+    """Up to ``limit`` distinct values of ``field``, sorted, with ``selected`` among them;
+    and whether there are more."""
+    names = list(queryset.order_by(field).values_list(field, flat=True).distinct()[:limit + 1])
+    more = len(names) > limit
+    names = names[:limit]
+    if selected and selected not in names:
+        names = sorted([*names, selected])
+    return names, more
+
+
+class CappedChoicesFilter(admin.SimpleListFilter):
+    """A filter over names read from a small table, CHOICES of them at most."""
+
+    template = "admin/django_sqlqueue/filter.html"
+    cap = CHOICES
+    more = False  # whether names beyond the first CHOICES were left out
+
+    def names(self, using: str, selected: str) -> tuple[list[str], bool]:
+        raise NotImplementedError
+
+    def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
+        names, self.more = self.names(model_admin.model.objects.db, str(self.value() or ""))
+        return [(name, name) for name in names]
+
+    def has_output(self) -> bool:
+        return True
+
+
+class OriginalTopicFilter(CappedChoicesFilter):
+    """The topic a dead letter was published to: the topics that have a dead-letter topic."""
 
     title = "topic"
     parameter_name = "original_topic"
 
-    def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
+    def names(self, using: str, selected: str) -> tuple[list[str], bool]:
         suffix = get_settings().dlq_suffix
-        return [(t, t) for t in _topics(model_admin.model.objects.db) if not t.endswith(suffix)]
-
-    def has_output(self) -> bool:
-        return True
+        topics, more = capped_names(
+            Topic.objects.using(using).filter(topic__endswith=suffix), "topic")
+        names = sorted({t[:-len(suffix)] for t in topics} | ({selected} if selected else set()))
+        return names, more
 
     def queryset(self, request: HttpRequest, queryset: QuerySet[Any]) -> QuerySet[Any]:
         value = self.value()
         return queryset.filter(original_topic=value) if value else queryset
 
 
-class ConsumerGroupFilter(admin.SimpleListFilter):
-    """The consumer group that gave up on a dead letter (from the registered groups)."""
+class ConsumerGroupFilter(CappedChoicesFilter):
+    """The consumer group that gave up on a dead letter (from the registered groups; a
+    retired group keeps its dead letters, and its name in the URL still filters)."""
 
     title = "consumer group"
     parameter_name = "consumer_group"
 
-    def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
-        groups = set(ConsumerOffset.objects.using(model_admin.model.objects.db)
-                     .values_list("consumer_group", flat=True).distinct())
-        if self.value():
-            groups.add(str(self.value()))  # a retired group keeps its dead letters
-        return [(g, g) for g in sorted(groups)]
-
-    def has_output(self) -> bool:
-        return True
+    def names(self, using: str, selected: str) -> tuple[list[str], bool]:
+        return capped_names(ConsumerOffset.objects.using(using), "consumer_group", selected)
 
     def queryset(self, request: HttpRequest, queryset: QuerySet[Any]) -> QuerySet[Any]:
         value = self.value()
@@ -77,14 +104,15 @@ class FailedFilter(admin.SimpleListFilter):
         return queryset.filter(failed_at__gte=since)
 
 
-class TopicFilter(admin.SimpleListFilter):
-    """The topic of a message in the log."""
+class TopicFilter(CappedChoicesFilter):
+    """The topic of a message in the log (the recorded topics: every topic a worker has
+    sequenced; any other topic named in the URL still filters)."""
 
     title = "topic"
     parameter_name = "topic"
 
-    def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
-        return [(t, t) for t in _topics(model_admin.model.objects.db)]
+    def names(self, using: str, selected: str) -> tuple[list[str], bool]:
+        return capped_names(Topic.objects.using(using), "topic", selected)
 
     def queryset(self, request: HttpRequest, queryset: QuerySet[Any]) -> QuerySet[Any]:
         value = self.value()

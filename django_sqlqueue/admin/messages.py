@@ -3,6 +3,7 @@ delivery state on its detail page."""
 
 from __future__ import annotations
 
+from collections import Counter
 from typing import Any
 
 from django.contrib import admin, messages
@@ -13,9 +14,10 @@ from django.views.decorators.http import require_POST
 
 from .. import operations
 from ..cancelling import CancelResult, CancelStatus, cancel
-from ..models import Cancellation, LogSequencer, QueueMessage
+from ..models import Cancellation, ConsumerOffset, LogSequencer, QueueMessage
 from ..models.cancellations import ALL_GROUPS
-from .actions import record
+from .actions import confirmation_page, confirmed, record
+from .bounded import QueueModelAdmin
 from .deliveries import deliveries
 from .display import pre, pretty_json, when
 from .filters import PartitionFilter, TopicFilter
@@ -23,20 +25,21 @@ from .paginator import CappedPaginator
 
 # Messages one "cancel" action handles at most (each is a short transaction of its own).
 MAX_CANCEL = 1000
+# The offsets ("lowest-highest") a cancel's confirmation page showed: confirmed, it cancels
+# within them only, not messages published since into "everything the filter matches".
+SHOWN_OFFSETS_FIELD = "sqlqueue_offsets"
 
 
 @admin.register(QueueMessage)
-class QueueMessageAdmin(admin.ModelAdmin):
+class QueueMessageAdmin(QueueModelAdmin):
     list_display = ("offset", "topic", "partition", "key", "message_id", "position",
                     "published", "due", "dead_letter_of")
     list_filter = (TopicFilter, PartitionFilter)
     search_fields = ("=offset",)
     search_help_text = "An offset."
-    ordering = ("-offset",)
-    sortable_by = ()
+    ordering = ("-offset",)  # the primary key, read backwards; no other (admin/bounded.py)
     paginator = CappedPaginator
     show_full_result_count = False
-    show_facets = admin.ShowFacets.NEVER  # facet counts would COUNT(*) every filter choice
     list_per_page = 50
     change_list_template = "admin/django_sqlqueue/change_list.html"
     change_form_template = "admin/django_sqlqueue/message_change_form.html"
@@ -111,20 +114,30 @@ class QueueMessageAdmin(admin.ModelAdmin):
             reverse("admin:django_sqlqueue_queuemessage_change", args=[message.offset]))
 
     def has_deliver_permission(self, request: HttpRequest) -> bool:
-        return request.user.has_perm("django_sqlqueue.deliver_message")
+        return self.may(request, "deliver_message")
 
     def has_cancel_permission(self, request: HttpRequest) -> bool:
-        return request.user.has_perm("django_sqlqueue.cancel_message")
+        return self.may(request, "cancel_message")
 
     @admin.action(description="Cancel selected messages (for every consumer group)",
                   permissions=["cancel"])
-    def cancel_messages(self, request: HttpRequest, queryset: Any) -> None:
-        """Cancel each selected message that has not started, for all groups (those that
-        register later too); a message already running is left alone and reported."""
+    def cancel_messages(self, request: HttpRequest, queryset: Any) -> HttpResponse | None:
+        """Confirm first (how many, in which topics, for which groups); once confirmed,
+        cancel each message that has not started, for all groups (those that register later
+        too); a message already running is left alone and reported."""
+        scope = queryset.order_by("-offset")  # newest first, as the page lists them
+        shown = _shown_offsets(request)
+        if shown is not None:
+            scope = scope.filter(offset__gte=shown[0], offset__lte=shown[1])
+        elif request.POST.get("select_across") == "1":
+            # "Everything the filter matches" runs only on what a confirmation page showed.
+            return self._confirm_cancel(request, scope)
+        if not confirmed(request):
+            return self._confirm_cancel(request, scope)
         by = f"admin:{request.user.get_username()}"
         cancelled: list[tuple[QueueMessage, CancelResult]] = []
         started: list[tuple[QueueMessage, CancelResult]] = []
-        for message in queryset[:MAX_CANCEL]:
+        for message in scope[:MAX_CANCEL]:
             try:
                 result = cancel(message.topic, message.message_id, key=message.message_key,
                                 by=by, using=message._state.db or "default")
@@ -142,6 +155,40 @@ class QueueMessageAdmin(admin.ModelAdmin):
             messages.warning(request, f"Message {message.offset} was not cancelled for every "
                              f"group (started or handled already: {groups}); groups that had "
                              "not started it skip it.")
+        return None
+
+    def _confirm_cancel(self, request: HttpRequest, scope: Any) -> HttpResponse | None:
+        """The confirmation page of a cancel: the messages per topic, each topic's
+        registered groups, and what happens to the groups that register later."""
+        rows = list(scope.values_list("offset", "topic")[:MAX_CANCEL + 1])
+        if not rows:
+            messages.info(request, "No message matches; nothing was cancelled.")
+            return None
+        beyond = len(rows) > MAX_CANCEL
+        rows = rows[:MAX_CANCEL]
+        per_topic = Counter(topic for _, topic in rows)
+        groups: dict[str, list[str]] = {}
+        for topic, group in (ConsumerOffset.objects.using(scope.db)
+                             .filter(topic__in=list(per_topic))
+                             .order_by("topic", "consumer_group")
+                             .values_list("topic", "consumer_group").distinct()):
+            groups.setdefault(topic, []).append(group)
+        details = [
+            f"{count} in topic {topic!r}, for "
+            + (f"consumer group(s) {', '.join(groups[topic])} and any group registered later"
+               if topic in groups else "any consumer group registered later (none yet)")
+            for topic, count in sorted(per_topic.items())]
+        lowest, highest = rows[-1][0], rows[0][0]
+        warning = ("Each is cancelled for every consumer group of its topic, those that "
+                   "register later too; a group that has started or handled one already "
+                   "keeps it, and the page says which.")
+        if beyond:
+            warning = (f"More than {MAX_CANCEL} messages match: only the newest {MAX_CANCEL} "
+                       f"(offsets {lowest} to {highest}) are cancelled; narrow the filter or "
+                       "run the action again for the rest. " + warning)
+        return confirmation_page(
+            self, request, scope, "cancel_messages", "Cancel messages", "Cancel", len(rows),
+            warning, details=details, hidden={SHOWN_OFFSETS_FIELD: f"{lowest}-{highest}"})
 
     # ----------------------------------------------------------------- columns
 
@@ -174,3 +221,12 @@ class QueueMessageAdmin(admin.ModelAdmin):
     @admin.display(description="headers")
     def headers_pretty(self, obj: QueueMessage) -> Any:
         return pre(pretty_json(obj.metadata))
+
+
+def _shown_offsets(request: HttpRequest) -> tuple[int, int] | None:
+    """The (lowest, highest) offsets a confirmation page showed, if it was posted back."""
+    lowest, dash, highest = request.POST.get(SHOWN_OFFSETS_FIELD, "").partition("-")
+    if not (dash and lowest.isdecimal() and highest.isdecimal() and lowest.isascii()
+            and highest.isascii() and len(lowest) <= 18 and len(highest) <= 18):
+        return None
+    return int(lowest), int(highest)

@@ -86,15 +86,14 @@ class OverviewAdmin(PageAdmin):
             "dead_letter_total": sum(row.dead_letters for row in stats),
             "without_workers": sum(1 for row in stats if row.workers == 0),
             "paused_count": sum(1 for row in stats if row.paused),
-            "can_pause": request.user.has_perm("django_sqlqueue.pause_group"),
-            "can_resume": request.user.has_perm("django_sqlqueue.resume_group"),
+            "can_pause": self.may(request, "pause_group"),
+            "can_resume": self.may(request, "resume_group"),
         }
 
     def act(self, request: HttpRequest) -> None:
         action = request.POST.get("action")
         group, topic = request.POST.get("group", ""), request.POST.get("topic", "")
-        if action not in ("pause", "resume") or not request.user.has_perm(
-                f"django_sqlqueue.{action}_group"):
+        if action not in ("pause", "resume") or not self.may(request, f"{action}_group"):
             raise PermissionDenied
         by = f"admin:{request.user.get_username()}"
         try:

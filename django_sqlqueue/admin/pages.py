@@ -28,19 +28,21 @@ from ..models import (
     SubscriberHeartbeat,
 )
 from .actions import record
+from .bounded import QueueModelAdmin
 from .display import age, when
+from .filters import CHOICES, capped_names
 from .paginator import CappedPaginator
 
 LIST_BREADCRUMBS = django.VERSION >= (6, 0)  # Django 6 draws breadcrumbs as a list
 LAG_CAP = 100_000  # messages counted above a watermark at most, per partition
+LAG_BUDGET = 100_000  # messages counted at most in all, per view of the partitions page
 ROWS_PER_PAGE = 100
 
 
-class PageAdmin(admin.ModelAdmin):
+class PageAdmin(QueueModelAdmin):
     """A read-only page under the admin index, drawn by ``template`` from ``page_context()``."""
 
     template = ""
-    show_facets = admin.ShowFacets.NEVER
 
     def has_add_permission(self, request: HttpRequest) -> bool:
         return False
@@ -94,6 +96,13 @@ def _choice(request: HttpRequest, name: str) -> str:
     return request.GET.get(name, "").strip()
 
 
+def lag_cap(rows: int) -> int:
+    """How far the lag of each of ``rows`` partitions on one page is counted: LAG_BUDGET
+    shared among them, and LAG_CAP at most. A page of 100 partitions counts 1,000 each; one
+    topic of one group (filter by both) counts further."""
+    return max(1, min(LAG_CAP, LAG_BUDGET // max(1, rows)))
+
+
 @admin.register(Partition)
 class PartitionAdmin(PageAdmin):
     template = "admin/django_sqlqueue/partitions.html"
@@ -117,8 +126,9 @@ class PartitionAdmin(PageAdmin):
                 consumer_group__in={m[0] for m in marks}, topic__in={m[1] for m in marks},
                 partition_key__in={m[2] for m in marks})
         } if marks else {}
+        cap = lag_cap(len(marks))
         progress = QueueMessage.objects.partition_progress(
-            [(t, p, int(w)) for _, t, p, w in marks], LAG_CAP, using)
+            [(t, p, int(w)) for _, t, p, w in marks], cap, using)
         stale_before = now_ms - int(get_settings().lease_duration * 1000)
         rows = []
         for g, t, p, watermark in marks:
@@ -134,24 +144,29 @@ class PartitionAdmin(PageAdmin):
                 "watermark": watermark,
                 "newest": seen.newest if seen and seen.newest is not None else "-",
                 "lag": seen.lag if seen else 0,
-                "lag_capped": bool(seen and seen.lag >= LAG_CAP),
+                "lag_capped": bool(seen and seen.lag >= cap),
                 "oldest": age((now_ms - seen.oldest_pending) / 1000)
                 if seen and seen.oldest_pending else "-",
             })
         all_marks = ConsumerOffset.objects.using(using)
+        groups, more_groups = capped_names(all_marks, "consumer_group", group)
+        topics, more_topics = capped_names(all_marks, "topic", topic)
         return {
             "rows": rows,
             "page": page,
             "group": group,
             "topic": topic,
-            "groups": sorted(set(all_marks.values_list("consumer_group", flat=True).distinct())),
-            "topics": sorted(set(all_marks.values_list("topic", flat=True).distinct())),
-            "lag_cap": LAG_CAP,
+            "groups": groups,
+            "topics": topics,
+            "more_choices": more_groups or more_topics,
+            "choices_cap": CHOICES,
+            "lag_cap": cap,
+            "lag_budget": LAG_BUDGET,
             "can_release": self.has_release_permission(request),
         }
 
     def has_release_permission(self, request: HttpRequest) -> bool:
-        return request.user.has_perm("django_sqlqueue.release_partition")
+        return self.may(request, "release_partition")
 
     def act(self, request: HttpRequest) -> None:
         if request.POST.get("action") != "release" or not self.has_release_permission(request):
@@ -211,7 +226,7 @@ class SubscriberAdmin(PageAdmin):
         }
 
     def has_forget_permission(self, request: HttpRequest) -> bool:
-        return request.user.has_perm("django_sqlqueue.forget_group")
+        return self.may(request, "forget_group")
 
     def act(self, request: HttpRequest) -> None:
         if request.POST.get("action") != "forget" or not self.has_forget_permission(request):

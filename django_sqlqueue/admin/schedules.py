@@ -13,11 +13,12 @@ from django.utils.safestring import SafeString
 from .. import operations
 from ..models import Schedule
 from .actions import record
+from .bounded import QueueModelAdmin
 from .display import pre, pretty_json, when
 
 
 @admin.register(Schedule)
-class ScheduleAdmin(admin.ModelAdmin):
+class ScheduleAdmin(QueueModelAdmin):
     list_display = ("name", "cron", "timezone", "target", "next_run", "last_run",
                     "last_message", "paused", "origin")
     list_filter = ("paused", "origin")
@@ -39,7 +40,7 @@ class ScheduleAdmin(admin.ModelAdmin):
         return False  # settings schedules would come back; pause instead
 
     def has_pause_permission(self, request: HttpRequest) -> bool:
-        return request.user.has_perm("django_sqlqueue.change_schedule")
+        return self.may(request, "change_schedule")
 
     @admin.action(description="Pause the selected schedules", permissions=["pause"])
     def pause_schedules(self, request: HttpRequest, queryset: QuerySet[Any]) -> None:
