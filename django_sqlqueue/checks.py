@@ -23,6 +23,7 @@ from .models.fields import TOPIC_LENGTH
 from .models.payload_search import FIELD_RE
 
 _NAME_RE = re.compile(r"[A-Za-z0-9._-]+")  # the whole name: use fullmatch
+_MODULE_RE = re.compile(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)*")  # a dotted module path
 
 
 def _positive_seconds(value: Any) -> bool:
@@ -59,6 +60,11 @@ def _metrics_token(value: Any) -> bool:
             and all(33 <= ord(c) <= 126 for c in value))
 
 
+def _module_paths(value: Any) -> bool:
+    return isinstance(value, list | tuple) and all(
+        isinstance(name, str) and _MODULE_RE.fullmatch(name) for name in value)
+
+
 _YEAR = f"at most {MAX_SECONDS:.0f} (a year)"
 _DAY = f"at most {MAX_LEASE_SECONDS:.0f} (a day)"
 
@@ -85,6 +91,8 @@ _RULES: list[tuple[str, str, Callable[[Any], bool], str]] = [
      f"a number of seconds > 0, {_YEAR}, or None to keep consumer groups until forgotten"),
     ("MAX_WINDOW", "sqlqueue.E022", _positive_int, "an integer >= 1"),
     ("ARCHIVE_BEFORE_GC", "sqlqueue.E060", lambda value: isinstance(value, bool), "True or False"),
+    ("TASK_MODULES", "sqlqueue.E058", _module_paths,
+     "a list of dotted module paths, e.g. ['myproject.jobs']"),
     ("NOTIFY", "sqlqueue.E100", lambda value: isinstance(value, bool), "True or False"),
     ("METRICS_CACHE_SECONDS", "sqlqueue.E070", lambda value: is_seconds(value, zero=True, most=3600),
      "a number of seconds from 0 (read on every scrape) to 3600"),
