@@ -60,6 +60,24 @@ def _metrics_token(value: Any) -> bool:
             and all(33 <= ord(c) <= 126 for c in value))
 
 
+_SECRETS = frozenset({"METRICS_TOKEN"})  # never quoted: every manage.py command prints checks
+
+
+def _secret(value: Any) -> str:
+    """What is wrong with a secret, without the secret: its type, length and the kinds of
+    characters it must not hold."""
+    if not isinstance(value, str):
+        return f"a {type(value).__name__}"
+    problems = [what for what, found in (
+        ("a line break (strip a token read from a file)", any(c in "\r\n" for c in value)),
+        ("whitespace", any(c.isspace() and c not in "\r\n" for c in value)),
+        ("non-ASCII characters", not value.isascii()),
+        ("control characters", any(ord(c) < 32 or ord(c) == 127 for c in value if c not in "\r\n\t")),
+    ) if found]
+    held = f", holding {' and '.join(problems)}" if problems else ""
+    return f"a string of {len(value)} characters{held} (not shown)"
+
+
 def _module_paths(value: Any) -> bool:
     return isinstance(value, list | tuple) and all(
         isinstance(name, str) and _MODULE_RE.fullmatch(name) for name in value)
@@ -124,8 +142,9 @@ def check_settings(app_configs: Sequence[AppConfig] | None = None, **kwargs: Any
     values = raw_settings()
     for name, check_id, is_valid, expected in _RULES:
         if not is_valid(values[name]):
+            shown = _secret(values[name]) if name in _SECRETS else repr(values[name])
             errors.append(Error(
-                f"SQLQUEUE['{name}'] must be {expected}, got {values[name]!r}.",
+                f"SQLQUEUE['{name}'] must be {expected}, got {shown}.",
                 hint=f"Fix the value or remove the key to use the default ({DEFAULTS[name]!r}).",
                 id=check_id,
             ))
