@@ -9,6 +9,7 @@ worker and refused by ``get_result()``, and the module is never imported: import
 
 from __future__ import annotations
 
+import json
 import sys
 from pathlib import Path
 
@@ -18,7 +19,10 @@ from django.test import override_settings
 from django.utils import timezone
 
 import django_sqlqueue as sqlqueue
+from django_sqlqueue import schedules
 from django_sqlqueue.models import QueueMessage, TaskResultRecord
+from django_sqlqueue.scheduling.firing import fire
+from django_sqlqueue.scheduling.spec import from_definition
 from django_sqlqueue.tasks import UnknownTask
 from django_sqlqueue.tasks.compat import InvalidTask, TaskResultDoesNotExist, task_backends
 from django_sqlqueue.tasks.known import known_tasks, resolve
@@ -26,8 +30,10 @@ from tests import extra_tasks
 from tests.testapp import tasks
 from tests.worker_harness import wait_until, worker_pool
 
+# A module with import side effects, and a __main__ module (as "venv.__main__.x" would run
+# venv's program, which is not named here: a regression would run it in the test process).
 MARKED = ("tests.import_marker.not_a_task", "tests.import_marker.__main__.run")
-STRAY = ("venv.__main__.x", "this.anything", "os.system", "tests.testapp.tasks.record")
+STRAY = ("this.anything", "os.system", "tests.testapp.tasks.record", "no.such.module")
 EXTRA = {**settings.SQLQUEUE, "TASK_MODULES": ["tests.extra_tasks"]}
 
 
@@ -68,7 +74,7 @@ def test_enqueue_refuses_a_task_no_worker_would_run():
 
 
 @pytest.mark.django_db
-@pytest.mark.parametrize("path", [*MARKED, "venv.__main__.x"])
+@pytest.mark.parametrize("path", MARKED)
 def test_get_result_of_a_waiting_message_refuses_an_unknown_path_without_importing(
         marker, path):
     publish_task(path, "status-123")
@@ -77,7 +83,7 @@ def test_get_result_of_a_waiting_message_refuses_an_unknown_path_without_importi
     assert isinstance(raised.value, TaskResultDoesNotExist)  # a status view's "not found"
     assert isinstance(raised.value, sqlqueue.SQLQueueError)
     assert not marker.exists()
-    assert not [name for name in sys.modules if name.startswith(("tests.import_marker", "venv"))]
+    assert not [name for name in sys.modules if name.startswith("tests.import_marker")]
 
 
 @pytest.mark.django_db
@@ -123,3 +129,23 @@ def test_the_worker_dead_letters_unknown_task_paths_without_importing_them(marke
     rows = TaskResultRecord.objects.filter(id__startswith="stray-")
     assert {r.status for r in rows} == {"FAILED"}
     assert all(r.errors[-1]["exception_class_path"].endswith("UnknownTask") for r in rows)
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("path", MARKED)
+def test_a_schedule_row_naming_an_unknown_task_fires_nothing_and_imports_nothing(marker, path):
+    definition = {"cron": "0 3 * * *", "timezone": "UTC", "catch_up": "latest", "task": path,
+                  "args": [], "kwargs": {}}
+    with pytest.raises(UnknownTask):
+        fire(from_definition("nightly", json.dumps(definition)), "schedule:nightly:1", "default")
+    assert not QueueMessage.objects.exists()
+    assert not marker.exists()
+    assert not [name for name in sys.modules if name.startswith("tests.import_marker")]
+
+
+@pytest.mark.django_db
+def test_a_schedule_of_a_task_no_worker_would_run_is_refused():
+    with pytest.raises(schedules.InvalidSchedule, match="TASK_MODULES"):
+        schedules.add("nightly", cron="0 3 * * *", task="tests.extra_tasks.multiply")
+    with override_settings(SQLQUEUE=EXTRA):
+        schedules.add("nightly", cron="0 3 * * *", task="tests.extra_tasks.multiply")
