@@ -119,7 +119,7 @@ class QueueBackend(BaseTaskBackend):
             raise InvalidTask(
                 f"{task.module_path} is not in an installed app's tasks module nor in a module "
                 "of SQLQUEUE['TASK_MODULES'], so no worker would run it (see 'Which tasks "
-                "run' in docs/tasks.md)")
+                "run' in the django-sqlqueue Tasks documentation)")
         if not self.queues:
             # Django's validation accepts any queue name then, but workers run only the
             # queues named. Refused here, not at import, so that the system check

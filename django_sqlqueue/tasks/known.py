@@ -21,6 +21,7 @@ from django.utils.module_loading import module_has_submodule
 
 from ..conf import get_settings
 from ..exceptions import ConfigurationError, SQLQueueError
+from ..logtext import loggable
 from .compat import Task, TaskResultDoesNotExist
 
 MODULE_NAME = "tasks"  # each installed app's module searched for @task functions
@@ -64,8 +65,9 @@ def resolve_or_raise(path: str, result_id: str) -> Any:
     """The known task at ``path``; UnknownTask, saying which result names it, if none."""
     task = resolve(path)
     if task is None:
-        raise UnknownTask(f"result {result_id!r} names {path!r}, which is not a known task "
-                          f"(see 'Which tasks run' in docs/tasks.md)")
+        raise UnknownTask(
+            f"result {loggable(result_id, 200)!r} names {loggable(path, 300)!r}, which is not a "
+            "known task (see 'Which tasks run' in the django-sqlqueue Tasks documentation)")
     return task
 
 
