@@ -24,6 +24,7 @@ from .models.fields import TOPIC_LENGTH
 from .models.payload_search import FIELD_RE
 
 _NAME_RE = re.compile(r"[A-Za-z0-9._-]+")  # the whole name: use fullmatch
+_MODULE_RE = re.compile(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)*")  # a dotted module path
 
 
 def _positive_seconds(value: Any) -> bool:
@@ -60,6 +61,29 @@ def _metrics_token(value: Any) -> bool:
             and all(33 <= ord(c) <= 126 for c in value))
 
 
+_SECRETS = frozenset({"METRICS_TOKEN"})  # never quoted: every manage.py command prints checks
+
+
+def _secret(value: Any) -> str:
+    """What is wrong with a secret, without the secret: its type, length and the kinds of
+    characters it must not hold."""
+    if not isinstance(value, str):
+        return f"a {type(value).__name__}"
+    problems = [what for what, found in (
+        ("a line break (strip a token read from a file)", any(c in "\r\n" for c in value)),
+        ("whitespace", any(c.isspace() and c not in "\r\n" for c in value)),
+        ("non-ASCII characters", not value.isascii()),
+        ("control characters", any(ord(c) < 32 or ord(c) == 127 for c in value if c not in "\r\n\t")),
+    ) if found]
+    held = f", holding {' and '.join(problems)}" if problems else ""
+    return f"a string of {len(value)} characters{held} (not shown)"
+
+
+def _module_paths(value: Any) -> bool:
+    return isinstance(value, list | tuple) and all(
+        isinstance(name, str) and _MODULE_RE.fullmatch(name) for name in value)
+
+
 _YEAR = f"at most {MAX_SECONDS:.0f} (a year)"
 _DAY = f"at most {MAX_LEASE_SECONDS:.0f} (a day)"
 
@@ -86,6 +110,8 @@ _RULES: list[tuple[str, str, Callable[[Any], bool], str]] = [
      f"a number of seconds > 0, {_YEAR}, or None to keep consumer groups until forgotten"),
     ("MAX_WINDOW", "sqlqueue.E022", _positive_int, "an integer >= 1"),
     ("ARCHIVE_BEFORE_GC", "sqlqueue.E060", lambda value: isinstance(value, bool), "True or False"),
+    ("TASK_MODULES", "sqlqueue.E058", _module_paths,
+     "a list of dotted module paths, e.g. ['myproject.jobs']"),
     ("NOTIFY", "sqlqueue.E100", lambda value: isinstance(value, bool), "True or False"),
     ("METRICS_CACHE_SECONDS", "sqlqueue.E070", lambda value: is_seconds(value, zero=True, most=3600),
      "a number of seconds from 0 (read on every scrape) to 3600"),
@@ -117,8 +143,9 @@ def check_settings(app_configs: Sequence[AppConfig] | None = None, **kwargs: Any
     values = raw_settings()
     for name, check_id, is_valid, expected in _RULES:
         if not is_valid(values[name]):
+            shown = _secret(values[name]) if name in _SECRETS else repr(values[name])
             errors.append(Error(
-                f"SQLQUEUE['{name}'] must be {expected}, got {values[name]!r}.",
+                f"SQLQUEUE['{name}'] must be {expected}, got {shown}.",
                 hint=f"Fix the value or remove the key to use the default ({DEFAULTS[name]!r}).",
                 id=check_id,
             ))

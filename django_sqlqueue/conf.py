@@ -71,6 +71,10 @@ DEFAULTS: dict[str, Any] = {
     # or {"cron": ..., "topic": ..., "payload": ...}; see docs/scheduling.md. Synced into
     # the queue_schedules table by migrate and by each worker at start.
     "SCHEDULES": {},
+    # Modules holding @task functions besides each installed app's `tasks` module, e.g.
+    # ["myproject.jobs"]. A worker runs, and get_result() reads, only the tasks found in
+    # those modules: a task message naming any other path is dead-lettered, never imported.
+    "TASK_MODULES": [],
     # PostgreSQL: publishing notifies idle workers, which start the message at once instead
     # of at their next poll (LISTEN/NOTIFY; one listener connection per worker). Ignored on
     # other databases. False: polling only.
@@ -121,6 +125,7 @@ class QueueSettings:
     metrics_cache_seconds: float
     metrics_token: str | None
     schedules: dict[str, dict[str, Any]]
+    task_modules: list[str]
     notify: bool
 
     def partitions_for(self, topic: str) -> int:

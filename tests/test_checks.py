@@ -135,6 +135,9 @@ def test_check_errors_are_errors_not_warnings():
         ("ARCHIVE_BEFORE_GC", "yes", "sqlqueue.E060"),
         ("NOTIFY", "yes", "sqlqueue.E100"),
         ("NOTIFY", None, "sqlqueue.E100"),
+        ("TASK_MODULES", "myproject.jobs", "sqlqueue.E058"),
+        ("TASK_MODULES", ["myproject/jobs.py"], "sqlqueue.E058"),
+        ("TASK_MODULES", [None], "sqlqueue.E058"),
     ],
 )
 def test_bad_value_has_its_own_id_and_a_hint(name, value, check_id):

@@ -22,6 +22,7 @@ from django.db.models.expressions import RawSQL
 from django.db.models.lookups import Exact, In, Lookup
 
 from ..db import sql as sqlb
+from ..db.exact_names import binary_collation
 
 FIELD_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,39}")  # what a search field may be called
 VALUE_LENGTH = 255  # characters of a value an index keeps (MariaDB's virtual column)
@@ -114,10 +115,12 @@ def ensure_search_indexes(fields: Sequence[str], using: str = "default") -> list
             if indexed_column(connection, field) is not None:
                 continue
             expression = _extract_sql(connection, field, q("payload"))
+            # A value matches exactly, as on PostgreSQL and SQLite (see db/exact_names.py).
             sqlb.execute(
                 connection,
                 f"ALTER TABLE {q('queue_messages')} ADD COLUMN {q(column_name(field))} "
-                f"VARCHAR({VALUE_LENGTH}) AS ({expression}) VIRTUAL, "
+                f"VARCHAR({VALUE_LENGTH}) CHARACTER SET utf8mb4 "
+                f"COLLATE {binary_collation(connection)} AS ({expression}) VIRTUAL, "
                 f"ADD INDEX {q(name)} ({q(column_name(field))})",
                 [],
             )

@@ -9,8 +9,6 @@ no-op, whatever happens around it.
 
 from __future__ import annotations
 
-from django.utils.module_loading import import_string
-
 from ..publishing import publish
 from . import cron
 from .spec import ScheduleSpec
@@ -32,7 +30,9 @@ def fire(spec: ScheduleSpec, message_id: str, using: str) -> None:
     """Publish ``spec``'s message (or enqueue its task) under ``message_id``."""
     definition = spec.definition
     if spec.task:
-        task = import_string(spec.task)
+        from ..tasks.known import resolve_or_raise
+
+        task = resolve_or_raise(spec.task, message_id)  # a row's path is never imported
         backend = task.get_backend()
         backend.enqueue_once(task, definition["args"], definition["kwargs"], message_id)
         return

@@ -174,6 +174,11 @@ def task_problems(path: str) -> list[str]:
         return ["Django's Tasks framework is not installed (Django 5.2 needs django-tasks)"]
     if not isinstance(task, Task):
         return [f"{path!r} is not a @task function"]
+    from ..tasks.known import resolve
+
+    if resolve(path) is None:
+        return [f"task {path!r} is not in an installed app's tasks module nor in a module of "
+                "SQLQUEUE['TASK_MODULES'], so no worker would run it"]
     try:
         backend = task.get_backend()
     except Exception as exc:  # noqa: BLE001 - an unknown backend alias, say: reported as is

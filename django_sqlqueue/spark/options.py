@@ -9,12 +9,12 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, fields
-from urllib.parse import unquote, urlsplit
 
 from ..encoding import validate_topic
 from ..exceptions import InvalidMessage, SQLQueueError
 from ..limits import DEFAULT_MAX_PAYLOAD_BYTES, GROUP_LENGTH
 from ..store.connection import parse_url, redact
+from ..store.url_secrets import hide
 
 TABLES = ("messages", "dead_letters", "delivery", "offsets", "leases", "heartbeats")
 STARTING_POSITIONS = ("earliest", "latest")
@@ -57,15 +57,9 @@ class Options:
         return f"Options({values})"
 
     def hide(self, text: str) -> str:
-        """``text`` with the url's password (if any) replaced by ``***``."""
-        try:
-            password = urlsplit(self.url).password
-        except ValueError:
-            return text.replace(self.url, redact(self.url))
-        if not password:
-            return text
-        # The driver is given the decoded password: an error might quote either form.
-        return text.replace(password, "***").replace(unquote(password), "***")
+        """``text`` with the url's password (if any) replaced by ``***``, in any spelling
+        (the driver is given the decoded password: an error might quote either form)."""
+        return hide(text, self.url)
 
 
 def _int(options: Mapping[str, str], name: str, default: int | None, *, least: int = 1,

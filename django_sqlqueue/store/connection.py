@@ -13,11 +13,14 @@ import contextlib
 import sqlite3
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
-from urllib.parse import urlsplit, urlunsplit
 
 from ..db import sql as sqlb
 from ..db import vendor as db_vendor
 from ..exceptions import SQLQueueError
+from .url_secrets import hide, password_of, redact
+
+__all__ = ["ConnectFailed", "Connection", "django_connection", "open_connection", "parse_url",
+           "redact"]
 
 _ENGINES = {
     "django.db.backends.mysql": "mysql",
@@ -30,29 +33,6 @@ SQLITE_BUSY_TIMEOUT = 20  # seconds a writer waits for SQLite's database lock
 
 class ConnectFailed(SQLQueueError):
     """The database URL is unusable or the database cannot be reached."""
-
-
-def redact(url: str) -> str:
-    """``url`` with its password replaced by ``***``, for messages and logs."""
-    try:
-        parts = urlsplit(url)
-    except ValueError:
-        return "<an unparsable url>"
-    if parts.password is None:
-        return url
-    user = parts.username or ""
-    host = parts.hostname or ""
-    port = f":{parts.port}" if parts.port else ""
-    return urlunsplit(parts._replace(netloc=f"{user}:***@{host}{port}"))
-
-
-def _scrub(text: str, url: str) -> str:
-    """An error text with the URL's password (if any) blotted out."""
-    try:
-        password = urlsplit(url).password
-    except ValueError:
-        password = None
-    return text.replace(password, "***") if password else text
 
 
 class Connection:
@@ -227,6 +207,10 @@ def parse_url(url: str) -> dict[str, Any]:
     """django-environ's reading of ``url``: ENGINE, NAME, USER, PASSWORD, HOST, PORT."""
     if not isinstance(url, str) or not url:
         raise ConnectFailed("a database url is required, e.g. mysql://user:pass@host:3306/db")
+    # Raised outside the except blocks, so the error keeps no __context__: django-environ's
+    # message may quote a piece of the password ("Port could not be cast to integer value
+    # as 'Tr0ub'"), and is shown only for a url without one.
+    failure = None
     try:
         # Only the Spark data source and the archive job read urls: the spark extra
         # installs django-environ, and nothing else of the package needs it.
@@ -237,8 +221,10 @@ def parse_url(url: str) -> dict[str, Any]:
     try:
         config = dict(environ.Env.db_url_config(url))
     except Exception as exc:  # noqa: BLE001 - any parse failure is a bad url
-        raise ConnectFailed(
-            f"cannot read the database url {redact(url)!r}: {_scrub(str(exc), url)}") from None
+        failure = (f"{type(exc).__name__}; percent-encode the password's special characters "
+                   "('/' as %2F, '?' as %3F)" if password_of(url) else hide(str(exc), url))
+    if failure is not None:
+        raise ConnectFailed(f"cannot read the database url {redact(url)!r}: {failure}")
     if config.get("ENGINE") not in _ENGINES:
         raise ConnectFailed(
             f"the database url {redact(url)!r} is not a MariaDB/MySQL, PostgreSQL or SQLite "
@@ -258,11 +244,10 @@ def open_connection(url: str) -> Connection:
     except ConnectFailed:
         raise
     except Exception as exc:  # noqa: BLE001 - said once, without the password
-        # "from None": the driver's exception (and its traceback's locals) may carry the
-        # connection parameters, the password among them.
-        raise ConnectFailed(
-            f"cannot connect to {redact(url)}: {type(exc).__name__}: {_scrub(str(exc), url)}"
-        ) from None
+        failure = f"{type(exc).__name__}: {hide(str(exc), url)}"
+    # Raised out here, with no __context__: the driver's exception (and its traceback's
+    # locals) may carry the connection parameters, the password among them.
+    raise ConnectFailed(f"cannot connect to {redact(url)}: {failure}")
 
 
 def _open_mysql(config: dict[str, Any]) -> Connection:

@@ -13,7 +13,8 @@ See docs/tasks.md. On Django 5.2 this needs the ``django-tasks`` backport packag
 from ..exceptions import Cancelled
 from .backend import InvalidTaskArguments, QueueBackend, QueueTask
 from .cancelling import TaskCancellation
+from .known import UnknownTask
 from .options import task_options
 
 __all__ = ["Cancelled", "InvalidTaskArguments", "QueueBackend", "QueueTask", "TaskCancellation",
-           "task_options"]
+           "UnknownTask", "task_options"]

@@ -37,6 +37,7 @@ from .compat import (
     normalize_json,
     task_enqueued,
 )
+from .known import resolve
 from .options import (
     MAX_TASK_ATTEMPTS,
     TOPIC_PREFIX,
@@ -113,6 +114,12 @@ class QueueBackend(BaseTaskBackend):
 
     def _enqueue(self, task: Any, args: Any, kwargs: Any, result_id: str, fresh: bool) -> Any:
         self.validate_task(task)
+        if resolve(task.module_path) is None:
+            # A worker would dead-letter it (it runs known tasks only): refused here instead.
+            raise InvalidTask(
+                f"{task.module_path} is not in an installed app's tasks module nor in a module "
+                "of SQLQUEUE['TASK_MODULES'], so no worker would run it (see 'Which tasks "
+                "run' in the django-sqlqueue Tasks documentation)")
         if not self.queues:
             # Django's validation accepts any queue name then, but workers run only the
             # queues named. Refused here, not at import, so that the system check

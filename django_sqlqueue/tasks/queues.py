@@ -17,11 +17,13 @@ def configured_queues() -> dict[str, str]:
     """Every queue name of the ``QueueBackend`` entries of ``TASKS``, with its backend alias.
 
     Raises ConfigurationError when two such backends share a queue name: they would share
-    its topic.
+    its topic; or when a module holding tasks cannot be imported (see known.py: they are
+    found here, as a worker starts).
     """
     # ImportError without Django's Tasks framework (Django 5.2 without django-tasks).
     from .backend import QueueBackend
     from .compat import task_backends
+    from .known import known_tasks
 
     queues: dict[str, str] = {}
     for alias, params in (task_backends.settings or {}).items():
@@ -37,6 +39,8 @@ def configured_queues() -> dict[str, str]:
                 raise ConfigurationError(
                     f"task queue {queue!r} is in TASKS[{other!r}] and TASKS[{alias!r}]; each "
                     "queue of a django_sqlqueue backend needs a name of its own")
+    if queues:
+        known_tasks()
     return queues
 
 

@@ -4,23 +4,15 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.utils.module_loading import import_string
-
 from ..models import TaskResultRecord
-from .compat import Task, TaskError, TaskResult, TaskResultDoesNotExist, TaskResultStatus
+from .compat import TaskError, TaskResult, TaskResultStatus
+from .known import resolve_or_raise
 
 
 def load_task_path(path: str, result_id: str) -> Any:
-    """The Task at ``path``; TaskResultDoesNotExist when there is none any more."""
-    try:
-        task = import_string(path)
-    except ImportError as exc:
-        raise TaskResultDoesNotExist(
-            f"result {result_id!r} belongs to {path!r}, which cannot be imported") from exc
-    if not isinstance(task, Task):
-        raise TaskResultDoesNotExist(
-            f"result {result_id!r} belongs to {path!r}, which is not a task")
-    return task
+    """The known task at ``path`` (never imported from it: see known.py); UnknownTask, a
+    TaskResultDoesNotExist, when there is none."""
+    return resolve_or_raise(path, result_id)
 
 
 def load_task(row: TaskResultRecord) -> Any:

@@ -33,7 +33,6 @@ from typing import Any
 
 from django.db import transaction
 from django.utils import timezone
-from django.utils.module_loading import import_string
 
 from ..consuming.backoff import retry_delay
 from ..consuming.message import Message
@@ -43,13 +42,13 @@ from ..logtext import loggable
 from ..models import TaskResultRecord
 from ..models.task_results import Success, mark_successful
 from .compat import (
-    Task,
     TaskContext,
     normalize_json,
     task_backends,
     task_finished,
     task_started,
 )
+from .known import UnknownTask, resolve
 from .options import retry_settings
 from .results import to_task_result
 from .retention import ResultPruner
@@ -187,6 +186,8 @@ class TaskRunner:
 
     def _announce(self, finished: list[tuple[TaskResultRecord, Any, BaseException | None]]) -> None:
         for row, task, exception in finished:
+            if task is None:
+                continue  # an unknown task path: no Task to announce it with (known.py)
             result = to_task_result(row, task)
             backend = task_backends[row.backend]
             if exception is None:
@@ -217,10 +218,10 @@ class TaskRunner:
         backend: Any = task_backends[row.backend]
         task = _import_task(row.task_path)
         if task is None:
-            missing = ImportError(f"{row.task_path} is not a task")
+            missing = UnknownTask(f"{row.task_path} is not a known task")
             self._keep(key, _Ended(row, None, error=_error(missing), exception=missing,
                                    final=True))
-            raise DeadLetter(f"{row.task_path} cannot be imported as a task")
+            raise DeadLetter(f"unknown task path: {loggable(row.task_path, 300)}")
         max_attempts, backoff = retry_settings(task, backend.queue_options)
         if (task.priority, task.queue_name, task.backend) != (row.priority, row.queue_name,
                                                               row.backend):
@@ -313,11 +314,8 @@ def replace_row(row: TaskResultRecord, **changes: Any) -> TaskResultRecord:
 
 
 def _import_task(path: str) -> Any:
-    try:
-        task = import_string(path)
-    except ImportError:
-        return None
-    return task if isinstance(task, Task) else None
+    """The known task at ``path``, or None: a path from a message is never imported."""
+    return resolve(path)
 
 
 def _error(exc: BaseException) -> dict[str, str]:
