@@ -101,3 +101,16 @@ def test_results_set_successful_together_stay_under_a_statement_size():
     assert all(size <= SUCCESS_BATCH_BYTES for size in sizes)
     assert [len(b) for b in _batches([Success(str(i), None, None) for i in range(1200)])] == [
         500, 500, 200]
+
+
+def test_a_return_value_over_mariadb_s_max_allowed_packet_is_recorded_as_a_marker(workers):
+    """20 MiB: over max_allowed_packet's 16 MiB default, which MariaDB enforces by closing
+    the connection (the cycle recording it failed at every try); a marker on every backend."""
+    big = tasks.returns_text.enqueue("huge-return", [ord("z")], 20 * 1024 * 1024)
+    small = [tasks.add.enqueue(i, 1) for i in range(3)]
+    worker = workers.start("huge", "--queue", "default")
+    result = finished(big, worker)
+    assert result.status == TaskResultStatus.SUCCESSFUL
+    assert (result.return_value["type"], result.return_value["bytes"]) == ("str", 20 * 1024 * 1024 + 2)
+    assert [finished(s, worker).return_value for s in small] == [1, 2, 3]
+    assert runs("huge-return") == 1

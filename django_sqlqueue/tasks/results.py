@@ -4,18 +4,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.core.exceptions import ImproperlyConfigured
 from django.utils.module_loading import import_string
 
 from ..models import TaskResultRecord
-from .compat import (
-    InvalidTask,
-    Task,
-    TaskError,
-    TaskResult,
-    TaskResultDoesNotExist,
-    TaskResultStatus,
-)
+from .compat import Task, TaskError, TaskResult, TaskResultDoesNotExist, TaskResultStatus
 
 
 def load_task_path(path: str, result_id: str) -> Any:
@@ -33,14 +25,8 @@ def load_task_path(path: str, result_id: str) -> Any:
 
 def load_task(row: TaskResultRecord) -> Any:
     """The Task the row was enqueued from, with the row's queue, priority and run_after."""
-    task = load_task_path(row.task_path, row.id)
-    try:
-        return task.using(priority=row.priority, queue_name=row.queue_name,
-                          run_after=row.run_after, backend=row.backend)
-    except (InvalidTask, ImproperlyConfigured):
-        # The FAILED result of a malformed message naming a backend (or a queue of it)
-        # that is not configured: the task as declared, so the result can still be read.
-        return task
+    return load_task_path(row.task_path, row.id).using(priority=row.priority, queue_name=row.queue_name,
+                      run_after=row.run_after, backend=row.backend)
 
 
 def to_task_result(row: TaskResultRecord, task: Any = None) -> Any:

@@ -145,7 +145,7 @@ class TaskRunner:
                 started[_key(message)] = None  # a replayed copy of a finished task
                 continue
             if row is None:
-                row = rows[identity.id] = _new_row(payload, message)
+                row = rows[identity.id] = self._new_row(payload, message)
                 new.append(row)
                 created.add(row.id)
             elif row.status == "RUNNING":
@@ -169,6 +169,24 @@ class TaskRunner:
         with self._lock:
             self._started.update(started)
             self._rejected.update(rejected)
+
+    def _new_row(self, payload: TaskPayload | InvalidTaskPayload,
+                 message: Message) -> TaskResultRecord:
+        """The result row of a first attempt. A malformed payload's row holds only its
+        id and task path, under the backend running its queue (whose retention prunes
+        it): its other fields are not trusted to be storable."""
+        identity = _identity(payload)
+        queue = message.topic.split(".", 1)[1]
+        if isinstance(payload, TaskPayload):
+            return TaskResultRecord(
+                id=identity.id, task_path=identity.task_path, backend=identity.backend,
+                queue_name=queue, priority=payload.priority, status="READY",
+                args=payload.args, kwargs=payload.kwargs, run_after=payload.run_after,
+                enqueued_at=message.published_at, worker_ids=[], errors=[])
+        backend = (self._backends or {}).get(queue, identity.backend)
+        return TaskResultRecord(
+            id=identity.id, task_path=identity.task_path, backend=backend, queue_name=queue,
+            status="READY", enqueued_at=message.published_at, worker_ids=[], errors=[])
 
     def recorded(self, outcomes: Sequence[RecordedOutcome], using: str) -> None:
         """Store the attempts' outcomes with the cycle that records them; send
@@ -314,21 +332,6 @@ def _identity(payload: TaskPayload | InvalidTaskPayload) -> TaskIdentity:
     identity = payload.identity
     assert identity is not None  # noqa: S101 - only malformed payloads with one get here
     return identity
-
-
-def _new_row(payload: TaskPayload | InvalidTaskPayload, message: Message) -> TaskResultRecord:
-    """The result row of a first attempt. A malformed payload's row holds only its
-    identity: its other fields are not trusted to be storable."""
-    identity = _identity(payload)
-    checked = payload if isinstance(payload, TaskPayload) else None
-    return TaskResultRecord(
-        id=identity.id, task_path=identity.task_path, backend=identity.backend,
-        queue_name=message.topic.split(".", 1)[1],
-        priority=checked.priority if checked else 0, status="READY",
-        args=checked.args if checked else [], kwargs=checked.kwargs if checked else {},
-        run_after=checked.run_after if checked else None,
-        enqueued_at=message.published_at, worker_ids=[], errors=[],
-    )
 
 
 def _copy(row: TaskResultRecord) -> TaskResultRecord:
