@@ -16,8 +16,6 @@ from tests.testapp import tasks
 from tests.testapp.models import Handled
 from tests.worker_harness import wait_until, worker_pool
 
-pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.worker]
-
 NUL_TEXT = [0, 0xFF, ord("A")]  # "\x00ÿA"
 
 
@@ -39,6 +37,8 @@ def runs(label: str) -> int:
     return Handled.objects.filter(group="tasks", key=label).count()
 
 
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.worker
 def test_unstorable_outcomes_are_recorded_in_a_storable_form_and_each_task_runs_once(workers):
     limit = get_settings().max_payload_bytes
     nul_return = tasks.returns_text.enqueue("nul-return", NUL_TEXT)
@@ -103,6 +103,8 @@ def test_results_set_successful_together_stay_under_a_statement_size():
         500, 500, 200]
 
 
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.worker
 def test_a_return_value_over_mariadb_s_max_allowed_packet_is_recorded_as_a_marker(workers):
     """20 MiB: over max_allowed_packet's 16 MiB default, which MariaDB enforces by closing
     the connection (the cycle recording it failed at every try); a marker on every backend."""

@@ -60,10 +60,8 @@ def malformed(name: str) -> Any:
     return {**GOOD, "id": f"poison-{name}", **change}
 
 
-@pytest.mark.parametrize("name", sorted(MALFORMED))
+@pytest.mark.parametrize("name", sorted(set(MALFORMED) - {"task_not_a_task"}))  # see the worker
 def test_parse_refuses_each_malformed_field_with_its_reason(name):
-    if name == "task_not_a_task":
-        pytest.skip("the path is checked when the task is imported, in the worker")
     with pytest.raises(InvalidTaskPayload, match=re.escape(MALFORMED[name][1])):
         parse(malformed(name), TOPIC, {"default": "default"})
 
