@@ -16,15 +16,25 @@ ERROR_LENGTH = 10_000  # characters of a handler's error kept (MySQL TEXT holds 
 DEFAULT_MAX_PAYLOAD_BYTES = 1024 * 1024  # SQLQUEUE["MAX_PAYLOAD_BYTES"]'s default
 
 
-def storable_error(text: str) -> str:
+def storable_error(text: str, limit: int | None = ERROR_LENGTH, *, keep_end: bool = False) -> str:
     """``text`` as every backend can store it in an error column: NUL characters (which
     PostgreSQL refuses) and lone surrogates (which no UTF-8 column takes, and which a file
     name decoded with ``surrogateescape`` brings along) written out as escapes, and cut
-    to ERROR_LENGTH characters."""
+    to ``limit`` characters (None: not cut). ``keep_end`` keeps the end of a longer text
+    as well as its start, with a note of what was dropped between (a traceback's last
+    line names the exception)."""
     if "\x00" in text:
         text = text.replace("\x00", "\\x00")
     try:
         text.encode("utf-8")
     except UnicodeEncodeError:
         text = text.encode("utf-8", "backslashreplace").decode("utf-8")
-    return text[:ERROR_LENGTH]
+    if limit is None or len(text) <= limit:
+        return text
+    if not keep_end:
+        return text[:limit]
+    head = limit // 4
+    widest = len(f"\n[... {len(text):,} characters dropped ...]\n")
+    tail = max(0, limit - head - widest)
+    note = f"\n[... {len(text) - head - tail:,} characters dropped ...]\n"
+    return text[:head] + note + text[len(text) - tail:]

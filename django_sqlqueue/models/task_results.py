@@ -28,6 +28,9 @@ QUEUE_NAME_LENGTH = 100
 BACKEND_LENGTH = 100
 # Results set SUCCESSFUL per statement: bounds the statement's size and the locks it holds.
 SUCCESS_BATCH = 500
+# Bytes of return values per statement (beyond the first): MariaDB refuses a statement over
+# max_allowed_packet (16 MiB by default) by dropping the connection.
+SUCCESS_BATCH_BYTES = 4 * 1024 * 1024
 
 
 @dataclass(frozen=True)
@@ -38,6 +41,7 @@ class Success:
     started_at: datetime | None  # the first attempt's start
     last_attempted_at: datetime | None  # this attempt's start
     return_value: Any = None  # None: left out (the column holds NULL already)
+    size: int = 0  # bytes of the return value's JSON
 
 
 class TaskResultQuerySet(models.QuerySet["TaskResultRecord"]):
@@ -112,8 +116,7 @@ def mark_successful(successes: Sequence[Success], finished_at: datetime, using: 
     def value(column: str, python: Any) -> Any:
         return fields[column].get_db_prep_save(python, connection)
 
-    for start in range(0, len(successes), SUCCESS_BATCH):
-        batch = successes[start:start + SUCCESS_BATCH]
+    for batch in _batches(successes):
         assignments = [f"{q('status')} = %s", f"{q('finished_at')} = %s"]
         params: list[Any] = ["SUCCESSFUL", value("finished_at", finished_at)]
         for column in ("started_at", "last_attempted_at"):
@@ -135,6 +138,22 @@ def mark_successful(successes: Sequence[Success], finished_at: datetime, using: 
                 f"WHERE {q('id')} IN ({', '.join(['%s'] * len(ids))})",
                 [*params, *ids],
             )
+
+
+def _batches(successes: Sequence[Success]) -> list[Sequence[Success]]:
+    """``successes`` in runs of at most SUCCESS_BATCH rows and SUCCESS_BATCH_BYTES of
+    return values (a run holds one row at least)."""
+    batches: list[Sequence[Success]] = []
+    start, size = 0, 0
+    for index, success in enumerate(successes):
+        if index > start and (index - start >= SUCCESS_BATCH
+                              or size + success.size > SUCCESS_BATCH_BYTES):
+            batches.append(successes[start:index])
+            start, size = index, 0
+        size += success.size
+    if start < len(successes):
+        batches.append(successes[start:])
+    return batches
 
 
 def reopen_replayed_tasks(sender: object, replays: list[Any], using: str, **kwargs: Any) -> None:

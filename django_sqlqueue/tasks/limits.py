@@ -12,24 +12,47 @@ from __future__ import annotations
 import functools
 import inspect
 import string
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from ..consuming.limits import Claim, Rate, check_max_running, parse_rate
+from ..models.limit_buckets import RATE_LENGTH
 
 if TYPE_CHECKING:
     from ..consuming.message import Message
 
 KEY_SCOPE = "tasks"  # the scope of every concurrency key, so tasks share a key's limits
+# The largest max_running of a task. A worker makes a slot row per allowed handler, and a
+# task's message carries the number: a worker refuses (dead-letters) a message asking for
+# more, and enqueue refuses to write one.
+MAX_TASK_RUNNING = 1000
+
+
+def check_task_max_running(value: Any) -> int | None:
+    """``value`` if it is None or an int from 1 to MAX_TASK_RUNNING; else ValueError."""
+    running = check_max_running(value)
+    if running is not None and running > MAX_TASK_RUNNING:
+        raise ValueError(f"max_running of a task must be at most {MAX_TASK_RUNNING:,}, got {value!r}")
+    return running
+
+
+def check_task_rate(value: Any) -> Rate | None:
+    """``value`` parsed (None: no rate); ValueError naming the problem."""
+    if value is None:
+        return None
+    if not isinstance(value, str):  # _rate is cached: it takes hashable text only
+        raise ValueError(f"rate must be a string like '100/s' or '6000/m', got {value!r}")
+    if len(value) > RATE_LENGTH:
+        raise ValueError(f"rate must be at most {RATE_LENGTH} characters, got {value!r}")
+    return _rate(value)
 
 
 def check_limits(func: Callable[..., Any], max_running: Any, rate: Any,
                  concurrency_key: Any) -> dict[str, Any] | None:
     """The limits ``task_options()`` got, checked against ``func``'s parameters: the
     template's fields must name them. Raises ValueError naming the problem."""
-    check_max_running(max_running)
-    if rate is not None:
-        parse_rate(rate)
+    check_task_max_running(max_running)
+    check_task_rate(rate)
     if concurrency_key is None:
         if max_running is None and rate is None:
             return None
@@ -67,23 +90,20 @@ def payload_limits(func: Callable[..., Any], declared: dict[str, Any] | None, ar
 
 
 class TaskLimits:
-    """The claims of a task queue's messages, read from their payloads."""
+    """The claims of a task queue's messages, read from their payloads. ``backends`` maps
+    each queue the worker runs to its backend's alias (see :func:`.payload.parse`)."""
+
+    def __init__(self, backends: Mapping[str, str] | None = None) -> None:
+        self.backends = backends
 
     def claims(self, message: Message) -> tuple[Claim, ...]:
-        payload = message.payload
-        limits = payload.get("limits") if isinstance(payload, dict) else None
-        if not isinstance(limits, dict):
-            return ()
+        from .payload import InvalidTaskPayload, parse
+
         try:
-            running = check_max_running(limits.get("max_running"))
-            rate = _rate(limits.get("rate"))
-        except ValueError:
-            return ()  # not written by enqueue: no limits rather than a stuck task
-        if running is None and rate is None:
-            return ()
-        key = str(limits.get("key") or "")
-        scope = KEY_SCOPE if key else f"task:{payload.get('task', '')}"
-        return (Claim(scope, key, running, rate),)
+            claim = parse(message.payload, message.topic, self.backends).claim
+        except InvalidTaskPayload:
+            return ()  # it claims nothing: the task runner dead-letters it with the reason
+        return () if claim is None else (claim,)
 
 
 @functools.lru_cache(maxsize=256)

@@ -49,7 +49,7 @@ def task_subscriptions(queues: dict[str, str], worker_id: str) -> list[Subscript
     from .compat import task_backends
     from .runner import TaskRunner
 
-    runner = TaskRunner(worker_id, sorted(set(queues.values())))
+    runner = TaskRunner(worker_id, sorted(set(queues.values())), backends=queues)
     conf = get_settings()
     subscriptions = []
     for queue, alias in sorted(queues.items()):
@@ -63,7 +63,7 @@ def task_subscriptions(queues: dict[str, str], worker_id: str) -> list[Subscript
             # Tasks have no key and no order: concurrent mode, never strict.
             batch_size=max(2, conf.batch_size),
             backoff=backend.queue_options.backoff, auto_extend=True, priority_of=_priority,
-            hooks=runner, limits=TaskLimits(),
+            hooks=runner, limits=TaskLimits(queues),
         ))
     return subscriptions
 

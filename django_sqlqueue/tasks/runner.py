@@ -18,6 +18,11 @@ its traceback).
 
 A ``KeyboardInterrupt`` raised by a task is not a failure of the task: as in Django's
 own backends it goes on up, here to the worker, which stops as on Ctrl-C.
+
+A message whose payload is not a task enqueue could have written (see :mod:`.payload`)
+is dead-lettered with the reason, its result row (when its id can be stored) FAILED with
+that reason; a return value or error the database cannot store is recorded in a form it
+can (see :mod:`.storable`).
 """
 
 from __future__ import annotations
@@ -25,9 +30,8 @@ from __future__ import annotations
 import json
 import logging
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from datetime import datetime
 from traceback import format_exception
 from typing import Any
 
@@ -50,8 +54,10 @@ from .compat import (
 )
 from .known import UnknownTask, resolve
 from .options import retry_settings
+from .payload import InvalidTaskPayload, TaskIdentity, TaskPayload, parse
 from .results import to_task_result
 from .retention import ResultPruner
+from .storable import storable_return_value, storable_traceback
 
 logger = logging.getLogger("django_sqlqueue.tasks")
 
@@ -82,6 +88,7 @@ class _Ended:
     row: TaskResultRecord  # the result as the attempt started (started_at: its handler's)
     task: Any
     value: Any = None
+    size: int = 0  # bytes of the value's JSON
     error: dict[str, str] | None = None
     exception: BaseException | None = None  # what the error was made from
     final: bool = False  # no attempt follows this failed one
@@ -90,10 +97,13 @@ class _Ended:
 class TaskRunner:
     """Runs the tasks of one worker process (shared by its handler threads)."""
 
-    def __init__(self, worker_id: str, aliases: list[str] | None = None) -> None:
+    def __init__(self, worker_id: str, aliases: list[str] | None = None,
+                 backends: Mapping[str, str] | None = None) -> None:
         self.worker_id = worker_id
+        self._backends = backends  # queue name -> the alias of the backend running it
         self._lock = threading.Lock()
         self._started: dict[Attempt, TaskResultRecord | None] = {}  # None: already done
+        self._rejected: dict[Attempt, InvalidTaskPayload] = {}  # malformed: dead-lettered
         self._ended: dict[Attempt, _Ended] = {}
         self._pruner = ResultPruner(aliases or [])
         self._stop_worker: Callable[[], None] | None = None
@@ -108,22 +118,33 @@ class TaskRunner:
 
     def handed_out(self, messages: list[Message], using: str) -> None:
         """Mark the results RUNNING as their messages are delivered, in the cycle's
-        transaction: one locking read and one insert for first attempts."""
-        messages = [m for m in messages if _task_id(m) is not None]  # others: see __call__
-        ids = sorted({_payload(m)["id"] for m in messages})
+        transaction: one locking read and one insert for first attempts. Each payload is
+        checked first: a malformed one is only marked, for its handler to dead-letter."""
+        parsed: list[tuple[Message, TaskPayload | InvalidTaskPayload]] = []
+        rejected: dict[Attempt, InvalidTaskPayload] = {}
+        started: dict[Attempt, TaskResultRecord | None] = {}
+        for message in messages:
+            try:
+                parsed.append((message, parse(message.payload, message.topic, self._backends)))
+            except InvalidTaskPayload as exc:
+                rejected[_key(message)] = exc
+                if exc.identity is None:
+                    started[_key(message)] = None  # no result row to write
+                else:
+                    parsed.append((message, exc))
+        ids = sorted({_identity(p).id for _, p in parsed})
         rows = TaskResultRecord.objects.using(using).select_for_update().in_bulk(ids)
         now = timezone.now()
         new: list[TaskResultRecord] = []
         created: set[str] = set()
-        started: dict[Attempt, TaskResultRecord | None] = {}
-        for message in messages:
-            payload = _payload(message)
-            row = rows.get(payload["id"])
+        for message, payload in parsed:
+            identity = _identity(payload)
+            row = rows.get(identity.id)
             if row is not None and row.status == "SUCCESSFUL":
                 started[_key(message)] = None  # a replayed copy of a finished task
                 continue
             if row is None:
-                row = rows[payload["id"]] = _new_row(payload, message)
+                row = rows[identity.id] = self._new_row(payload, message)
                 new.append(row)
                 created.add(row.id)
             elif row.status == "RUNNING":
@@ -146,6 +167,25 @@ class TaskRunner:
         TaskResultRecord.objects.using(using).bulk_create(new)
         with self._lock:
             self._started.update(started)
+            self._rejected.update(rejected)
+
+    def _new_row(self, payload: TaskPayload | InvalidTaskPayload,
+                 message: Message) -> TaskResultRecord:
+        """The result row of a first attempt. A malformed payload's row holds only its
+        id and task path, under the backend running its queue (whose retention prunes
+        it): its other fields are not trusted to be storable."""
+        identity = _identity(payload)
+        queue = message.topic.split(".", 1)[1]
+        if isinstance(payload, TaskPayload):
+            return TaskResultRecord(
+                id=identity.id, task_path=identity.task_path, backend=identity.backend,
+                queue_name=queue, priority=payload.priority, status="READY",
+                args=payload.args, kwargs=payload.kwargs, run_after=payload.run_after,
+                enqueued_at=message.published_at, worker_ids=[], errors=[])
+        backend = (self._backends or {}).get(queue, identity.backend)
+        return TaskResultRecord(
+            id=identity.id, task_path=identity.task_path, backend=backend, queue_name=queue,
+            status="READY", enqueued_at=message.published_at, worker_ids=[], errors=[])
 
     def recorded(self, outcomes: Sequence[RecordedOutcome], using: str) -> None:
         """Store the attempts' outcomes with the cycle that records them; send
@@ -164,7 +204,7 @@ class TaskRunner:
         timings = ["status", "finished_at", "started_at", "last_attempted_at"]
         if succeeded:
             mark_successful([Success(e.row.id, e.row.started_at, e.row.last_attempted_at,
-                                     e.value) for e in succeeded], now, using)
+                                     e.value, e.size) for e in succeeded], now, using)
             finished += [(replace_row(e.row, status="SUCCESSFUL", finished_at=now,
                                       return_value=e.value), e.task, None) for e in succeeded]
         for end in failed:
@@ -187,7 +227,7 @@ class TaskRunner:
     def _announce(self, finished: list[tuple[TaskResultRecord, Any, BaseException | None]]) -> None:
         for row, task, exception in finished:
             if task is None:
-                continue  # an unknown task path: no Task to announce it with (known.py)
+                continue  # a malformed message or an unknown task path: no Task to announce
             result = to_task_result(row, task)
             backend = task_backends[row.backend]
             if exception is None:
@@ -204,12 +244,24 @@ class TaskRunner:
 
     def __call__(self, message: Message) -> None:
         key = _key(message)
-        _payload(message)  # a message that is no task goes to the dead letters
         with self._lock:
-            if key not in self._started:
-                raise RuntimeError(f"task {_payload(message)['id']} was delivered without a "
-                                   "start record; it is retried")
-            row = self._started.pop(key)
+            rejected = self._rejected.pop(key, None)
+            known = key in self._started
+            row = self._started.pop(key, None)
+        if rejected is not None:
+            if row is not None:  # the result row ends FAILED with the reason
+                self._keep(key, _Ended(row, None, error=_error(rejected), exception=rejected,
+                                       final=True))
+            logger.warning("malformed task message dead-lettered topic=%s offset=%s reason=%s",
+                           message.topic, message.offset, loggable(rejected.reason, 300))
+            raise DeadLetter(f"malformed task message: {rejected.reason}") from rejected
+        if not known:
+            try:
+                parse(message.payload, message.topic, self._backends)
+            except InvalidTaskPayload as exc:
+                raise DeadLetter(f"malformed task message: {exc.reason}") from exc
+            raise RuntimeError(f"task message at offset {message.offset} was delivered without "
+                               "a start record; it is retried")
         if row is None:
             return  # SUCCESSFUL already
         # The attempt starts now (a batch handed out together starts as threads come free).
@@ -240,7 +292,7 @@ class TaskRunner:
             else:
                 value = task.call(*row.args, **row.kwargs)
             value = normalize_json(value)
-            json.dumps(value, allow_nan=False)
+            value, size = storable_return_value(value, json.dumps(value, allow_nan=False))
         except KeyboardInterrupt as exc:
             self._interrupted(key, row, task, exc)
             raise
@@ -254,7 +306,7 @@ class TaskRunner:
             if final:
                 raise DeadLetter(f"{type(exc).__name__}: {exc}") from exc
             raise Retry(retry_delay(backoff, message.attempt), f"{type(exc).__name__}: {exc}") from exc
-        self._keep(key, _Ended(row, task, value=value))
+        self._keep(key, _Ended(row, task, value=value, size=size))
 
     def _interrupted(self, key: Attempt, row: TaskResultRecord, task: Any,
                      exc: KeyboardInterrupt) -> None:
@@ -275,30 +327,10 @@ def _key(message: Message) -> Attempt:
     return (message.topic, message.offset, message.attempt)
 
 
-def _task_id(message: Message) -> str | None:
-    payload = message.payload
-    if not isinstance(payload, dict) or not all(
-            isinstance(payload.get(name), str) for name in ("id", "task", "backend")):
-        return None
-    return str(payload["id"])
-
-
-def _payload(message: Message) -> dict[str, Any]:
-    if _task_id(message) is None:
-        raise DeadLetter(f"not a task message: {loggable(repr(message.payload), 200)}")
-    payload: dict[str, Any] = message.payload
-    return payload
-
-
-def _new_row(payload: dict[str, Any], message: Message) -> TaskResultRecord:
-    run_after = payload.get("run_after")
-    return TaskResultRecord(
-        id=payload["id"], task_path=payload["task"], backend=payload["backend"],
-        queue_name=message.topic.split(".", 1)[1], priority=int(payload.get("priority", 0)),
-        status="READY", args=payload.get("args", []), kwargs=payload.get("kwargs", {}),
-        run_after=datetime.fromisoformat(run_after) if run_after else None,
-        enqueued_at=message.published_at, worker_ids=[], errors=[],
-    )
+def _identity(payload: TaskPayload | InvalidTaskPayload) -> TaskIdentity:
+    identity = payload.identity
+    assert identity is not None  # noqa: S101 - only malformed payloads with one get here
+    return identity
 
 
 def _copy(row: TaskResultRecord) -> TaskResultRecord:
@@ -321,7 +353,7 @@ def _import_task(path: str) -> Any:
 def _error(exc: BaseException) -> dict[str, str]:
     kind = type(exc)
     return {"exception_class_path": f"{kind.__module__}.{kind.__qualname__}",
-            "traceback": "".join(format_exception(exc))}
+            "traceback": storable_traceback("".join(format_exception(exc)))}
 
 
 def _send(signal: Any, backend: Any, result: Any) -> None:

@@ -162,3 +162,18 @@ def sync_account(account_id: int, log: str, sleep: float = 0.2) -> None:
 @task_options(max_running=1)
 def one_at_a_time(log: str, sleep: float = 0.1) -> None:
     _log_run(log, "single", sleep)
+
+
+@task
+def returns_text(label: str, codepoints: list[int], repeat: int = 1) -> str:
+    """Returns the characters ``codepoints`` name (NUL included), ``repeat`` times."""
+    record(label)
+    return "".join(map(chr, codepoints)) * repeat
+
+
+@task
+@task_options(max_attempts=1)
+def fails_with_text(label: str, codepoints: list[int], repeat: int = 1) -> None:
+    """Raises a ValueError whose message is the characters ``codepoints`` name."""
+    record(label)
+    raise ValueError("".join(map(chr, codepoints)) * repeat)
