@@ -201,8 +201,8 @@ class Isolation:
         """Run ``messages`` of the partition ``members`` in two cycles of their own (or
         one, for one message, after a pause)."""
         offsets = sorted(messages)
-        if len(offsets) == 1:
-            self.groups.append(Suspects(members, 1, now + _pause(1), messages, error))
+        if len(offsets) == 1:  # it has not failed alone yet
+            self.groups.append(Suspects(members, 0, now + _pause(1), messages, error))
             return
         half = len(offsets) // 2
         self.groups += [Suspects(members, 0, 0.0, frozenset(offsets[:half]), error),
