@@ -14,12 +14,13 @@ import uuid
 from collections.abc import Mapping
 from datetime import timedelta
 from decimal import Decimal
+from itertools import accumulate
 from typing import Any, NamedTuple
 
 from django.core.serializers.json import DjangoJSONEncoder
 
 from .exceptions import InvalidMessage
-from .limits import ID_LENGTH, KEY_LENGTH, MAX_TOPIC_LENGTH
+from .limits import ID_LENGTH, KEY_LENGTH, MAX_PAYLOAD_DEPTH, MAX_TOPIC_LENGTH
 from .replays import RESERVED_PREFIX
 
 
@@ -73,6 +74,57 @@ _UNSTORABLE_CHAR = re.compile(r"[\x00\ud800-\udfff]")
 _ESCAPE_TO_CHECK = re.compile(
     r"\\(?:\\|u(0000|d[89ab][0-9a-f]{2}\\ud[c-f][0-9a-f]{2}|d[89a-f][0-9a-f]{2}))"
 )
+
+
+# Measuring the nesting of JSON text without decoding it (which recurses): each bracket
+# steps the depth up or down. Brackets inside strings count too at first, an upper bound
+# that settles almost every payload; only one over the limit is measured again without
+# its strings.
+_JSON_STRING = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"')
+_ALL_BUT_BRACKETS = bytes(c for c in range(256) if c not in b"[]{}")
+_DEPTH_STEP = {ord("["): 1, ord("{"): 1, ord("]"): -1, ord("}"): -1}
+
+
+def json_depth(text: str | bytes | bytearray) -> int:
+    """How many levels of arrays and objects nest in the JSON text ``text`` (0 for a
+    scalar), counted without recursion, so any depth is measured safely."""
+    if isinstance(text, bytes | bytearray):
+        # Brackets, quotes and backslashes are ASCII, and no byte of a multi-byte UTF-8
+        # character is: latin-1 keeps every one of them where it is.
+        text = bytes(text).decode("latin-1")
+    # Without an escaped quote, every quote opens or closes a string: split on them.
+    bare = _JSON_STRING.sub("", text) if '\\"' in text else "".join(text.split('"')[::2])
+    return _bracket_depth(bare)
+
+
+def _bracket_depth(text: str) -> int:
+    """The deepest nesting of the brackets in ``text``, strings or not."""
+    brackets = text.encode("utf-8", "surrogatepass").translate(None, _ALL_BUT_BRACKETS)
+    return max(accumulate(map(_DEPTH_STEP.__getitem__, brackets)), default=0)
+
+
+def too_deep(text: str | bytes | bytearray) -> int | None:
+    """The nesting of JSON text ``text`` when it is deeper than MAX_PAYLOAD_DEPTH, else
+    None. Cheap for the usual payload: one with fewer brackets than the limit is not
+    measured at all."""
+    if isinstance(text, bytes | bytearray):
+        opening = text.count(b"[") + text.count(b"{")
+    else:
+        opening = text.count("[") + text.count("{")
+    if opening <= MAX_PAYLOAD_DEPTH:
+        return None
+    if isinstance(text, bytes | bytearray):
+        text = bytes(text).decode("latin-1")
+    if _bracket_depth(text) <= MAX_PAYLOAD_DEPTH:
+        return None
+    depth = json_depth(text)
+    return depth if depth > MAX_PAYLOAD_DEPTH else None
+
+
+def depth_error(what: str, depth: int) -> str:
+    """Why a payload (or headers) nested ``depth`` levels is refused."""
+    return (f"{what} nested too deeply: {depth} levels of arrays and objects, over the limit "
+            f"of {MAX_PAYLOAD_DEPTH} (MAX_PAYLOAD_DEPTH)")
 
 
 def validate_topic(topic: Any) -> None:
@@ -135,9 +187,12 @@ def _encode_payload(payload: Any, max_bytes: int) -> str:
     except ValueError as exc:  # NaN/Infinity, or a circular reference
         raise InvalidMessage(f"payload is not valid JSON: {exc}") from exc
     except RecursionError as exc:
-        raise InvalidMessage("payload is nested too deeply to encode as JSON") from exc
+        raise InvalidMessage(depth_error("payload is", _nesting(payload))) from exc
     if "e+" in text:
         text = _STRING_OR_BIG_FLOAT.sub(_spell_out_float, text)
+    depth = too_deep(text)
+    if depth is not None:
+        raise InvalidMessage(depth_error("payload is", depth))
     size = len(text) if text.isascii() else len(text.encode("utf-8"))
     if size > max_bytes:
         raise InvalidMessage(
@@ -149,6 +204,28 @@ def _encode_payload(payload: Any, max_bytes: int) -> str:
             where = _path_to_unstorable(payload, "payload") or "payload"
             raise InvalidMessage(f"{where} contains {unstorable}, which cannot be stored")
     return text
+
+
+def _nesting(value: Any) -> int:
+    """How deeply ``value``'s lists, tuples and dicts nest, walked without recursion (each
+    container once: a payload can refer to itself)."""
+    deepest = 0
+    seen: set[int] = set()
+    stack = [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, Mapping):
+            children: Any = item.values()
+        elif isinstance(item, list | tuple):
+            children = item
+        else:
+            continue
+        if id(item) in seen:
+            continue
+        seen.add(id(item))
+        deepest = max(deepest, depth)
+        stack.extend((child, depth + 1) for child in children)
+    return deepest
 
 
 def _spell_out_float(match: re.Match[str]) -> str:

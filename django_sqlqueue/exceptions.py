@@ -15,6 +15,12 @@ class InvalidMessage(SQLQueueError, ValueError):
     """A message given to publish() or publish_many() was rejected; nothing was written."""
 
 
+class UndecodableMessage(SQLQueueError, ValueError):
+    """A stored message's payload or headers cannot be decoded: nested deeper than
+    MAX_PAYLOAD_DEPTH (written by another release, or straight into the table) or not
+    JSON. The worker dead-letters such a message with this error as its reason."""
+
+
 class ConfigurationError(SQLQueueError, ImproperlyConfigured, ValueError):
     """A subscriber or worker was configured with a value that cannot work."""
 

@@ -14,6 +14,11 @@ SUBSCRIBER_NAME_LENGTH = 255
 SCOPE_LENGTH = 360
 ERROR_LENGTH = 10_000  # characters of a handler's error kept (MySQL TEXT holds 64 KiB)
 DEFAULT_MAX_PAYLOAD_BYTES = 1024 * 1024  # SQLQUEUE["MAX_PAYLOAD_BYTES"]'s default
+# Levels of arrays and objects a payload may nest (a scalar is 0, [1] is 1). MariaDB's
+# JSON check refuses 32 and more, and Python decodes JSON recursively, as deep as the
+# interpreter's stack allows (about 1,000 levels on 3.11, varying by version and by how
+# deep the caller already is): one limit below both holds on every backend and version.
+MAX_PAYLOAD_DEPTH = 31
 
 
 def storable_error(text: str, limit: int | None = ERROR_LENGTH, *, keep_end: bool = False) -> str:

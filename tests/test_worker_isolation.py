@@ -5,6 +5,9 @@ No database here: the worker tests show the same with real workers and real fail
 
 from __future__ import annotations
 
+import math
+from collections.abc import Callable
+
 from django_sqlqueue.consuming.backoff import ExponentialBackoff
 from django_sqlqueue.consuming.registry import Subscription
 from django_sqlqueue.worker.isolation import LONGEST_PAUSE, RELEASE_AFTER, Isolation
@@ -72,3 +75,73 @@ def test_a_suspect_that_succeeds_rejoins_the_others():
     run_once(isolation, partitions, "none", now=0)
     assert isolation.suspected() == 0
     assert run_once(isolation, partitions, "none", now=0) == [["0", "1", "2", "3"]]
+
+
+def narrow_down(fails: Callable[[frozenset[int]], bool], doom_fails: bool = False,
+                contention: bool = False, polls: int = 40) -> tuple[list[int], int, bool]:
+    """Polls of one partition whose cycles hand out messages 0..99: a cycle fails when
+    ``fails(the messages it touched)``. Returns the messages dead-lettered, the failed
+    cycles and whether the partition was released."""
+    partitions, isolation = held(1), Isolation()
+    everything = frozenset(range(100))
+    doomed: list[int] = []
+    failures, now = 0, 0.0
+    for _ in range(polls):
+        for batch in isolation.batches(partitions, now):
+            if not batch.partitions:
+                continue
+            narrowing = batch.narrowing
+            # A dead-lettered message is gone from later cycles.
+            touched = (everything if narrowing is None else narrowing.offsets) - set(doomed)
+            if narrowing is not None and narrowing.doom is not None and not doom_fails:
+                doomed += sorted(narrowing.offsets)
+                isolation.succeeded(batch)
+            elif fails(touched):
+                failures += 1
+                if isolation.failed(batch, contention, now, touched, "Boom: refused"):
+                    return doomed, failures, True
+            else:
+                isolation.succeeded(batch)
+        now += LONGEST_PAUSE
+    return doomed, failures, False
+
+
+def test_a_message_failing_every_cycle_it_is_in_is_found_in_halves_and_dead_lettered():
+    doomed, failures, released = narrow_down(lambda touched: 37 in touched)
+
+    assert (doomed, released) == ([37], False)
+    # The whole partition, halves down to the message, then the message alone.
+    assert failures <= 1 + math.ceil(math.log2(100)) + RELEASE_AFTER
+
+
+def test_the_dead_letter_names_the_error_and_the_failures_alone():
+    partitions, isolation = held(1), Isolation()
+    batch = isolation.batches(partitions, 0)[0]
+    isolation.failed(batch, False, 0, [5], "Boom: refused")
+    for n in range(RELEASE_AFTER):
+        [_, batch] = isolation.batches(partitions, 100.0 * (n + 1))
+        assert batch.narrowing.doom is None
+        isolation.failed(batch, False, 100.0 * (n + 1), [5], "Boom: refused")
+    [_, batch] = isolation.batches(partitions, 1000.0)
+
+    assert batch.narrowing.offsets == {5}
+    assert batch.narrowing.doom == (f"its poll cycle failed {RELEASE_AFTER} times with only "
+                                    "this message in it: Boom: refused")
+
+
+def test_two_poison_messages_are_both_found():
+    doomed, _, released = narrow_down(lambda touched: bool({3, 90} & touched))
+
+    assert (sorted(doomed), released) == ([3, 90], False)
+
+
+def test_lock_waits_never_dead_letter_a_message():
+    doomed, _, released = narrow_down(lambda touched: 37 in touched, contention=True)
+
+    assert (doomed, released) == ([], False)
+
+
+def test_a_fault_that_also_fails_the_dead_lettering_releases_the_partition_instead():
+    doomed, _, released = narrow_down(lambda touched: True, doom_fails=True)
+
+    assert (doomed, released) == ([], True)

@@ -38,7 +38,15 @@ from pyspark.sql.types import (
     StructType,
 )
 
-from ..encoding import PUBLISH_BATCH_BYTES, ROW_OVERHEAD_BYTES, NewRow, build_row, validate_topic
+from ..encoding import (
+    PUBLISH_BATCH_BYTES,
+    ROW_OVERHEAD_BYTES,
+    NewRow,
+    build_row,
+    depth_error,
+    too_deep,
+    validate_topic,
+)
 from ..exceptions import InvalidMessage, SQLQueueError
 from ..store import messages as message_store
 from ..store import topics as topic_store
@@ -287,6 +295,11 @@ class _TaskWriter:
 
 
 def _json(field: str, text: Any) -> Any:
+    # Measured before decoding: json.loads recurses, and would fail with RecursionError
+    # (or decode what publish() refuses) on text nested too deeply.
+    depth = too_deep(text) if isinstance(text, str | bytes) else None
+    if depth is not None:
+        raise InvalidMessage(depth_error(f"{field} JSON text is", depth))
     try:
         return json.loads(text)
     except ValueError as exc:

@@ -9,7 +9,9 @@ Messages are handed to handlers only after the transaction commits.
 
 The cycle changes the partitions' in-memory state as it goes. If the transaction fails,
 the worker marks those partitions unloaded, and the next cycle rebuilds them from what
-the database committed.
+the database committed. A cycle may be narrowed to some messages of one partition, to
+find the message that makes it fail (see :mod:`.isolation`): then it touches no other
+message of that partition, or dead-letters the one it found.
 """
 
 from __future__ import annotations
@@ -24,7 +26,9 @@ from ..models import ConsumerOffset, DeliveryState, PartitionLease, QueueMessage
 from ..models.delivery import MessageRef
 from ..models.offsets import Progress
 from ..models.throughput import MINUTE_MS
+from . import poison
 from .delivering import deliver
+from .isolation import Narrowing
 from .limits import LimitGate
 from .outcomes import Outcome
 from .partitions import Ident, Partition, by_subscription
@@ -51,8 +55,12 @@ class PollCycle:
         self.gate = gate  # fleet-wide limits (see .limits)
 
     def run(self, partitions: dict[Ident, Partition], outcomes: list[Outcome],
-            capacity: int, idle_threads: int) -> CycleResult:
-        result = CycleResult()
+            capacity: int, idle_threads: int, result: CycleResult | None = None,
+            narrowing: Narrowing | None = None) -> CycleResult:
+        """Run one cycle over ``partitions``; ``result`` (new if None) holds what it did,
+        as far as it got should it fail. ``narrowing`` restricts one partition's part."""
+        result = CycleResult() if result is None else result
+        only = None if narrowing is None else {narrowing.ident: narrowing.offsets}
         with transaction.atomic(using=self.using):
             fenced = PartitionLease.objects.fence(self.worker_name, self.token,
                                                   list(partitions), self.using)
@@ -70,12 +78,14 @@ class PollCycle:
             now_ms = self.clock()
             if self.gate is not None:
                 self.gate.release(now_ms)  # before delivering: held ones may go
+            if narrowing is not None and narrowing.doom is not None:
+                self._dead_letter(held, narrowing, result)
             record(partitions, outcomes, lost, sitting_out, now_ms, result, self.using,
                    self.dlq_suffix)
             settle_parked(held, now_ms, self.using)  # a settled key's next message goes now
-            self._extend(held, now_ms)
+            self._extend(held, now_ms, result, only)
             deliver(held, capacity, idle_threads, now_ms, result, self.clock, self.using,
-                    self.dlq_suffix, self.gate)
+                    self.dlq_suffix, self.gate, only)
             settle_parked(held, now_ms, self.using)
             self._advance(held)
             self._count(result, now_ms)
@@ -124,12 +134,27 @@ class PollCycle:
             for partition in members:
                 partition.rebuilt()
 
-    def _extend(self, partitions: list[Partition], now_ms: int) -> None:
+    def _dead_letter(self, partitions: list[Partition], narrowing: Narrowing,
+                     result: CycleResult) -> None:
+        """A narrowed cycle that found its message: dead-letter it instead of handing it
+        out or recording its outcome (an outcome still pending finds no entry, and is
+        dropped)."""
+        for partition in partitions:
+            if partition.ident == narrowing.ident:
+                poison.dead_letter_offsets(partition, narrowing.offsets, narrowing.doom or "",
+                                           result, self.dlq_suffix, self.using)
+
+    def _extend(self, partitions: list[Partition], now_ms: int, result: CycleResult,
+                only: dict[Ident, frozenset[int]] | None) -> None:
         """Push back the visibility of running messages that used half their timeout."""
         due: dict[Subscriber, list[tuple[Partition, Entry]]] = defaultdict(list)
         for partition in partitions:
+            allowed = None if only is None else only.get(partition.ident)
             for entry in partition.due_for_extension(now_ms, self.may_extend):
+                if allowed is not None and entry.offset not in allowed:
+                    continue  # a narrowed cycle touches no other message of it
                 due[(partition.group, partition.topic)].append((partition, entry))
+                result.report(partition).extended.append(entry.offset)
         for (group, topic), items in due.items():
             until = now_ms + int(items[0][0].subscription.visibility_timeout * 1000)
             DeliveryState.objects.extend(group, topic, [p.ref(e.offset) for p, e in items],

@@ -10,9 +10,8 @@ from __future__ import annotations
 
 import time
 from collections import defaultdict
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
-from ..consuming.message import Message
 from ..models import DeliveryState, QueueMessage
 from ..models.delivery import Hold, ReadRow
 from .handout import HandOut
@@ -30,7 +29,8 @@ READ_BUDGET = 1000
 
 def deliver(partitions: list[Partition], capacity: int, idle_threads: int, now_ms: int,
             result: CycleResult, clock: Callable[[], int], using: str, dlq_suffix: str,
-            gate: LimitGate | None = None) -> None:
+            gate: LimitGate | None = None,
+            only: Mapping[Ident, frozenset[int]] | None = None) -> None:
     """Hand out what is due, then read new messages, sharing the worker's free capacity
     fairly: every partition that wants work gets at least one slot."""
     free = capacity - sum(p.in_flight_count() for p in partitions)
@@ -65,7 +65,7 @@ def deliver(partitions: list[Partition], capacity: int, idle_threads: int, now_m
             for partition in members:
                 partition.postpone(now_ms, until)
     unpark_due(wanting, share, now_ms, using)
-    handout = HandOut(result, clock, using, dlq_suffix, gate)
+    handout = HandOut(result, clock, using, dlq_suffix, gate, only)
     prioritised = [p for p in wanting if p.subscription.priority_of is not None]
     for members in by_subscription(prioritised).values():
         # The subscription's partitions pool their shares: the best message of any of
@@ -145,9 +145,9 @@ def _redeliver(ready: list[tuple[Partition, Entry]], handout: HandOut, using: st
         if row is None:  # cannot happen while the watermark is below it; never wedge on it
             partition.settled(entry)
             continue
-        message = Message.from_row(row, partition.subscription.group, entry.attempts + 1,
-                                   partition.number)
-        handout.give_or_expire(partition, entry, message)
+        message = handout.message(partition, entry, row, entry.attempts + 1)
+        if message is not None:
+            handout.give_or_expire(partition, entry, message)
 
 
 def _admit(members: list[Partition], rows: list[ReadRow], limits: dict[str, int],
@@ -163,8 +163,9 @@ def _admit(members: list[Partition], rows: list[ReadRow], limits: dict[str, int]
             continue
         if admitted.deliver:
             shares.spend(partition)
-            message = Message.from_row(row.message, partition.group, 1, partition.number)
-            handout.give(partition, admitted.entry, message)
+            message = handout.message(partition, admitted.entry, row.message, 1)
+            if message is not None:
+                handout.give(partition, admitted.entry, message)
         elif admitted.hold_until is not None:
             handout.hold(partition, Hold(partition.number, admitted.entry.offset,
                                          admitted.hold_until))

@@ -9,12 +9,13 @@ outcome is dead-lettered instead of handed out.
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
 from ..consuming.message import DeadLetterInfo, Message
 from ..models import DeliveryState, QueueMessage
 from ..models.delivery import Hold
-from . import hooks
+from ..models.messages import MessageRow
+from . import hooks, poison
 from .limits import Candidate, LimitGate
 from .partitions import Ident, Partition
 from .recording import dead_letter
@@ -28,9 +29,12 @@ class HandOut:
     """One cycle's hand-outs and holds, batched per subscription."""
 
     def __init__(self, result: CycleResult, clock: Callable[[], int], using: str,
-                 dlq_suffix: str, gate: LimitGate | None = None) -> None:
+                 dlq_suffix: str, gate: LimitGate | None = None,
+                 only: Mapping[Ident, frozenset[int]] | None = None) -> None:
         self.result = result
         self.gate = gate  # fleet-wide limits; None: none apply
+        # A narrowed cycle: the only messages of these partitions that may go out.
+        self.only = only
         self.clock = clock  # epoch ms by the database clock
         self.using = using
         self.dlq_suffix = dlq_suffix
@@ -40,6 +44,30 @@ class HandOut:
         # (partition, offset) of every message handed out this cycle: each goes out once.
         self.out: set[tuple[Ident, int]] = set()
         self.messages: dict[tuple[Ident, int], Message] = {}  # what goes out, for the limits
+
+    def message(self, partition: Partition, entry: Entry, row: MessageRow,
+                attempt: int) -> Message | None:
+        """The Message to hand out for ``entry``, or None: held back (a narrowed cycle),
+        or dead-lettered because its payload or headers cannot be decoded."""
+        if self.only is not None:
+            allowed = self.only.get(partition.ident)
+            if allowed is not None and entry.offset not in allowed:
+                self._hold_back(partition, entry)
+                return None
+        try:
+            return Message.from_row(row, partition.group, attempt, partition.number)
+        except Exception as exc:  # noqa: BLE001 - bytes the worker cannot read end as a dead letter
+            error = f"{type(exc).__name__}: {exc}"
+            poison.dead_letter_row(partition, row, entry, error, self.result, self.dlq_suffix,
+                                   self.using)
+            return None
+
+    def _hold_back(self, partition: Partition, entry: Entry) -> None:
+        """Leave ``entry`` due, not delivered, as a limit holds a message back: with a row
+        keeping it for a new owner when it had none."""
+        partition.hold_until(entry, entry.due_ms)
+        if entry.attempts == 0:
+            self.hold(partition, Hold(partition.number, entry.offset, entry.due_ms))
 
     def give(self, partition: Partition, entry: Entry, message: Message) -> None:
         """Deliver ``entry``; its visibility is set in write(), from the clock read after

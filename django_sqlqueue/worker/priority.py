@@ -15,7 +15,6 @@ from __future__ import annotations
 import heapq
 from collections.abc import Callable
 
-from ..consuming.message import Message
 from ..models import DeliveryState, QueueMessage
 from ..models.delivery import Hold
 from ..models.messages import MessageRow
@@ -88,9 +87,11 @@ def deliver_by_priority(members: list[Partition], limit: int, now_ms: int, hando
         if message_row is None:  # cannot happen while the watermark is below it; never wedge on it
             partition.settled(entry)
             continue
+        message = handout.message(partition, entry, message_row, entry.attempts + 1)
+        if message is None:  # held back, or dead-lettered
+            continue
         # Handed out now: the delivery row written for it makes a hold row needless.
         held.pop(entry.offset, None)
-        message = Message.from_row(message_row, group, entry.attempts + 1, partition.number)
         if entry.attempts >= subscription.max_attempts:
             handout.expire(partition, entry, message)
             continue

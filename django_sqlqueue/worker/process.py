@@ -284,18 +284,24 @@ class Worker:
         was set aside (see :mod:`.isolation`), return whether it failed waiting for a lock;
         False also when there was nothing to run."""
         members = batch.partitions
+        narrowing = batch.narrowing
         # Outcomes of these partitions, and of partitions no longer held (dropped as done).
         outcomes = [o for o in self._pending if o.partition.ident in members
                     or self.partitions.get(o.partition.ident) is not o.partition]
+        if narrowing is not None:  # only those of its messages (see .isolation)
+            outcomes = [o for o in outcomes if o.partition.ident != narrowing.ident
+                        or o.message.offset in narrowing.offsets]
         if not members and not outcomes:
             return False
         elsewhere = sum(p.in_flight_count() for ident, p in self.partitions.items()
                         if ident not in members)
         idle_threads = max(0, self.concurrency - self.dispatcher.shared_busy)
         started = time.monotonic()
+        result = CycleResult()
         try:
             self.session.ensure()
-            result = self.cycle.run(members, outcomes, self.capacity - elsewhere, idle_threads)
+            self.cycle.run(members, outcomes, self.capacity - elsewhere, idle_threads, result,
+                           narrowing)
         except Exception as exc:
             # The cycle changed partition state that its transaction did not commit:
             # rebuild these windows from the database before the next delivery.
@@ -304,7 +310,7 @@ class Worker:
             contention = is_transient(exc)
             if is_disconnect(exc) or (contention and not has_row_locks(connections[self.using])):
                 raise  # every partition would fail alike: the whole step is retried
-            self._set_aside(batch, exc, contention)
+            self._set_aside(batch, exc, contention, _touched(members, outcomes, result))
             return contention
         self.isolation.succeeded(batch)
         took = time.monotonic() - started
@@ -316,14 +322,17 @@ class Worker:
         self._apply(result)
         return result
 
-    def _set_aside(self, batch: Batch, exc: Exception, contention: bool) -> None:
-        """A cycle failed: try its partitions apart from the others from now on (see
-        :mod:`.isolation`), and release one that keeps failing alone."""
+    def _set_aside(self, batch: Batch, exc: Exception, contention: bool,
+                   touched: set[int]) -> None:
+        """A cycle failed: try its partitions (or the messages it ``touched``) apart from
+        the others from now on (see :mod:`.isolation`), and release a partition that keeps
+        failing alone."""
         if not contention:
             # A connection an unexpected error left in doubt is replaced.
             with contextlib.suppress(Exception):
                 connections[self.using].close()
-        partition = self.isolation.set_aside(batch, exc, contention, time.monotonic())
+        partition = self.isolation.set_aside(batch, exc, contention, time.monotonic(),
+                                             touched)
         if partition is not None:
             self.session.ensure()  # a connection opened afresh gets its bounds first
             self.leasing.give_up(partition)
@@ -432,6 +441,20 @@ class Worker:
         self.limits.release_all(self.clock.now_ms())
         self.leasing.release_all()
         self.leasing.deregister(self.clock.now_ms())
+
+
+def _touched(members: dict[Ident, Partition], outcomes: list[Outcome],
+             result: CycleResult) -> set[int]:
+    """Offsets of the messages a failed cycle of one partition handled before it failed:
+    outcomes it was recording, and what it handed out, dead-lettered or extended."""
+    if len(members) != 1:
+        return set()
+    [ident] = members
+    touched = {o.message.offset for o in outcomes if o.partition.ident == ident}
+    report = result.reports.get(ident)
+    if report is not None:
+        touched |= report.touched()
+    return touched
 
 
 def _send(name: str, message: Message, **arguments: Any) -> None:

@@ -33,7 +33,14 @@ class PartitionReport:
     deliveries: list[Delivery] = field(default_factory=list)
     recorded: list[Outcome] = field(default_factory=list)
     dead_on_fetch: list[DeadOnFetch] = field(default_factory=list)
+    extended: list[int] = field(default_factory=list)  # offsets whose visibility it extended
     more: bool = False  # it could hand out more at once
+
+    def touched(self) -> set[int]:
+        """Offsets of the messages this cycle handed out, dead-lettered or extended here
+        (what a failed cycle is narrowed down over, see worker.isolation)."""
+        return ({d.message.offset for d in self.deliveries}
+                | {d.message.offset for d in self.dead_on_fetch} | set(self.extended))
 
 
 @dataclass
