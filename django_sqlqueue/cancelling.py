@@ -9,6 +9,13 @@ commits first, and the cancellation finds it running, or the cancellation commit
 having bumped the row's count of cancellations, and the worker's next cycle, reading that
 count under its fence, rebuilds its window from the delivery rows without the message.
 Never both.
+
+Handed out counts as started, whatever the delivery's visibility: a message handed out
+may still wait in its worker for a thread, or its worker may have stalled past the
+visibility timeout while keeping the lease, and either way its handler starts (or goes
+on) without asking the database again. Only an outcome recorded for it (or a start
+undone) ends that. Recording each start in the database instead would let a cancellation
+take a message still queued in a worker, at the price of a write per handler start.
 """
 
 from __future__ import annotations
@@ -164,7 +171,6 @@ def _cancel_for(group: str, message: _Message, *, explicit: bool, by: str, using
                 f"consumer group {group!r} has no worker lease on topic {message.topic!r} "
                 "(a Spark stream reads every message; only worker groups can skip one)")
         return CancelStatus.DONE  # pragma: no cover - the groups were read from lease rows
-    now_ms = database_now_ms(using)
     view = DeliveryState.objects.cancel_view(group, message.topic, message.ref, using)
     if view is None:
         watermark = (ConsumerOffset.objects.using(using)
@@ -177,7 +183,7 @@ def _cancel_for(group: str, message: _Message, *, explicit: bool, by: str, using
         if view.last_error == CANCELLED_MARK:
             return CancelStatus.CANCELLED
         return _done_or_cancelled(group, message, using)
-    elif view.running(now_ms):
+    elif view.running():
         return CancelStatus.RUNNING
     DeliveryState.objects.cancel(group, message.topic, message.ref, CANCELLED_MARK, using)
     PartitionLease.objects.note_cancellation(group, message.topic, message.partition, using)

@@ -39,7 +39,7 @@ class StoredMessage:
     """
 
     __slots__ = ("offset", "topic", "key", "id", "published_at", "deliver_at",
-                 "_payload_json", "_headers_json", "_decoded")
+                 "_payload_json", "_headers_json", "_decoded", "written")
 
     offset: int
     topic: str
@@ -50,9 +50,13 @@ class StoredMessage:
     _payload_json: Any  # JSON text or already decoded, as the backend returns it
     _headers_json: Any
     _decoded: tuple[Any, dict[str, str]] | None
+    # False when the publish that returned it wrote nothing: a message with its (topic,
+    # key, id) was stored already, and this is that message (its payload, its offset).
+    written: bool
 
-    def __init__(self, row: MessageRow) -> None:
+    def __init__(self, row: MessageRow, written: bool = True) -> None:
         set_ = object.__setattr__
+        set_(self, "written", written)
         set_(self, "offset", row.offset)
         set_(self, "topic", row.topic)
         set_(self, "key", row.key)
@@ -64,8 +68,8 @@ class StoredMessage:
         set_(self, "_decoded", None)
 
     @classmethod
-    def from_row(cls, row: MessageRow) -> StoredMessage:
-        return cls(row)
+    def from_row(cls, row: MessageRow, written: bool = True) -> StoredMessage:
+        return cls(row, written)
 
     @property
     def payload(self) -> Any:
@@ -124,10 +128,13 @@ def publish(
     row = build_row(topic, payload, key, id, headers, delay, get_settings().max_payload_bytes)
     alias = using or router.db_for_write(QueueMessage)
     channel = notify.statement_channel(alias)
-    stored = QueueMessage.objects.insert_rows([row], using=alias, notify_channel=channel)
+    new: set[tuple[str, str, str]] = set()
+    stored = QueueMessage.objects.insert_rows([row], using=alias, notify_channel=channel,
+                                              new=new)
     if channel is None:
         notify.announce([topic], alias)
-    return _observed([StoredMessage.from_row(stored[(row.topic, row.key, row.id)])])[0]
+    ident = (row.topic, row.key, row.id)
+    return _observed([StoredMessage.from_row(stored[ident], ident in new)])[0]
 
 
 def publish_new(
@@ -182,11 +189,17 @@ def publish_many(
     # stable), because that is the order its messages will be consumed in.
     unique_rows = sorted(first.values(), key=lambda r: r.key)
     stored: dict[tuple[str, str, str], MessageRow] = {}
+    new: set[tuple[str, str, str]] = set()
     with transaction.atomic(using=alias):
         for batch in _batches(unique_rows, conf.publish_batch_size, PUBLISH_BATCH_BYTES):
-            stored.update(QueueMessage.objects.insert_rows(batch, using=alias))
+            stored.update(QueueMessage.objects.insert_rows(batch, using=alias, new=new))
         notify.announce([topic], alias)
-    return _observed([StoredMessage.from_row(stored[(r.topic, r.key, r.id)]) for r in rows])
+    # A (topic, key, id) repeated in the call is written by its first occurrence only.
+    returned = []
+    for r in rows:
+        ident = (r.topic, r.key, r.id)
+        returned.append(StoredMessage.from_row(stored[ident], ident in new and first[ident] is r))
+    return _observed(returned)
 
 
 def observe(observer: Observer) -> Callable[[], None]:

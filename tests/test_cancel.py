@@ -5,6 +5,7 @@ running is reported as such and runs to its end. Real worker processes throughou
 from __future__ import annotations
 
 import random
+import signal
 import time
 
 import pytest
@@ -312,3 +313,64 @@ def test_cancel_races_a_strict_worker_whose_keys_wait_in_its_memory(workers):
                     .values_list("offset", flat=True))
         assert runs == sorted(runs), key
     print("strict race answers:", {s: list(answers.values()).count(s) for s in CancelStatus})
+
+
+# A worker whose main loop stalls past its messages' visibility timeout but not past its
+# leases: nothing redelivers them, nothing extends them, and a cancellation must still
+# tell a started handler from one that has not started.
+STALL = {**FAST_GC, "VISIBILITY_TIMEOUT": 1.0, "LEASE_DURATION": 20.0, "RENEW_INTERVAL": 1.0}
+STALL_SECONDS = 2.5
+
+
+def stalled_cancel(worker, message: sqlqueue.StoredMessage) -> CancelStatus:  # type: ignore[no-untyped-def]
+    """Cancel ``message`` for group alpha while ``worker`` is stopped past the message's
+    visibility; the worker goes on once the answer is in."""
+    worker.send(signal.SIGSTOP)
+    try:
+        time.sleep(STALL_SECONDS)
+        return sqlqueue.cancel(TOPIC, message.id, group="alpha", key=message.key).groups["alpha"]
+    finally:
+        worker.send(signal.SIGCONT)
+
+
+def start_stalling(workers):  # type: ignore[no-untyped-def]
+    worker = workers.start("stalling", "--topic", TOPIC, "--group", "alpha", "--concurrency",
+                           "1", settings=STALL)
+    wait_until(lambda: worker.leases() == 4, what="the worker's leases", watch=[worker])
+    return worker
+
+
+def test_a_handler_running_through_a_stall_past_its_visibility_is_reported_running(workers):
+    worker = start_stalling(workers)
+    message = sqlqueue.publish(TOPIC, {"sleep": 4}, key="k1", id="stalled-running")
+    wait_until(lambda: started(message.offset), what="its handler starting", watch=[worker])
+
+    answer = stalled_cancel(worker, message)
+
+    assert answer is CancelStatus.RUNNING
+    wait_until(lambda: ended(message.offset), what="the handler ending", watch=[worker])
+    wait_until(lambda: passed("alpha", message), what="its outcome recorded", watch=[worker])
+    assert not Cancellation.objects.filter(message_offset=message.offset).exists()
+
+
+def test_a_message_waiting_for_a_thread_through_a_stall_is_reported_running_and_runs(workers):
+    worker = start_stalling(workers)
+    busy = sqlqueue.publish(TOPIC, {"sleep": 4}, key="k1", id="stalled-busy")
+    wait_until(lambda: started(busy.offset), what="the busy handler starting", watch=[worker])
+    queued = sqlqueue.publish(TOPIC, {"sleep": 0}, key="k2", id="stalled-queued")
+    wait_until(lambda: DeliveryState.objects.filter(
+        consumer_group="alpha", message_offset=queued.offset, retry_count__gte=0).exists(),
+        what="the second message handed out to wait for the one thread", watch=[worker])
+
+    answer = stalled_cancel(worker, queued)
+
+    wait_until(lambda: ended(busy.offset), what="the busy handler ending", watch=[worker])
+    wait_until(lambda: passed("alpha", queued), what="the watermark past the queued message",
+               watch=[worker])
+    time.sleep(0.5)  # a handler starting late would have recorded its start by now
+    if answer is CancelStatus.CANCELLED:
+        assert not started(queued.offset)
+    else:
+        assert answer is CancelStatus.RUNNING and ended(queued.offset), answer
+    # Handed out, it starts as soon as a thread is free: it counts as started.
+    assert answer is CancelStatus.RUNNING

@@ -53,7 +53,10 @@ def run(message: sqlqueue.Message) -> None:
         sqlqueue.publish(ORDERS, {"echo": True})  # every run publishes another one
 
 
+RATED = "helpers.rated"  # rate="2/m"
+
 SUBSCRIPTIONS = [
+    (RATED, "pacing", run, {"rate": "2/m"}),
     (ORDERS, "billing", run, {"max_attempts": 3, "backoff": ONE_MINUTE}),
     (ORDERS, "emails", run, {"max_attempts": 3, "backoff": ONE_MINUTE}),
     (SHIPMENTS, "billing", run, {}),
@@ -126,6 +129,24 @@ def test_a_duplicate_publish_is_captured_once(sqlqueue_captured):
     sqlqueue.publish(ORDERS, {"order_id": 5}, id="order-5")
 
     sqlqueue_captured.assert_published(ORDERS, count=1)
+
+
+def test_a_publish_that_wrote_nothing_is_listed_as_a_duplicate_not_as_a_message():
+    sqlqueue.publish(ORDERS, {"version": 1}, id="evt-1")  # before the block
+
+    with captured() as box:
+        again = sqlqueue.publish(ORDERS, {"version": 2}, id="evt-1")
+        many = sqlqueue.publish_many(ORDERS, [{"payload": {"version": 3}, "id": "evt-1"},
+                                              {"payload": {"version": 4}, "id": "evt-2"}])
+
+    assert box.payloads(ORDERS) == [{"version": 4}]
+    assert not again.written and again.payload == {"version": 1}
+    assert [m.written for m in many] == [False, True]
+    assert [m.id for m in box.duplicates] == ["evt-1", "evt-1"]
+    box.assert_published(ORDERS, count=1, payload={"version": 4})
+    with pytest.raises(AssertionError, match=r"2 publish\(es\) to 'helpers.orders' wrote "
+                                             r"nothing.*id='evt-1'"):
+        box.assert_published(ORDERS, payload={"version": 2})
 
 
 def test_captured_records_a_task_enqueue():
@@ -340,6 +361,20 @@ def test_the_worker_signals_are_sent():
     finally:
         signals.message_acked.disconnect(receiver)
     assert sorted(acked) == [("signalled", "billing"), ("signalled", "emails")]
+
+
+def test_drain_holds_a_rate_limited_subscription_to_its_rate(sqlqueue_drain):
+    sqlqueue.publish_many(RATED, [{"payload": {"n": n}} for n in range(5)])
+    before = timezone.now()
+
+    first = sqlqueue_drain(RATED)
+
+    assert first.handled == 2  # the bucket's burst: two starts, then one every 30 s
+    assert first.next_due is not None and first.next_due >= before + timedelta(seconds=25)
+    assert sqlqueue_drain(RATED).handled == 0  # the same bucket, still empty
+    rest = sqlqueue_drain(RATED, advance_delays=True)
+    assert (rest.handled, rest.next_due) == (3, None)
+    assert sorted(payload["n"] for payload, _ in runs(topic=RATED)) == [0, 1, 2, 3, 4]
 
 
 def test_drain_refuses_a_topic_nobody_subscribes_to_and_bad_limits():

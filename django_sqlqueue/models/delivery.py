@@ -50,9 +50,10 @@ class DeliveryState(models.Model):
     parked = models.SmallIntegerField(db_default=0)
     message_key = models.CharField(max_length=KEY_LENGTH, blank=True, db_default="")
     message_position = models.BigIntegerField(db_default=0)
-    # The latest delivery was handed to a handler and has reported no outcome yet (running
-    # until invisible_until): what tells a cancellation "already running" from a retry
-    # waiting out its backoff, whose rows otherwise look alike.
+    # The latest delivery was handed to a handler and has reported no outcome yet (running,
+    # or queued for a thread, however long its visibility has run out): what tells a
+    # cancellation "already running" from a retry waiting out its backoff, whose rows
+    # otherwise look alike.
     in_flight = models.BooleanField(db_default=False)
 
     objects = DeliveryStateManager()

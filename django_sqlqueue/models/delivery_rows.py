@@ -50,12 +50,12 @@ class CancelView(NamedTuple):
     in_flight: bool
     parked: int
 
-    def running(self, now_ms: int) -> bool:
-        """Handed to a handler whose outcome is not recorded yet, and not given up on (its
-        visibility has not run out). Rows written before ``in_flight`` existed count as
-        running on their first attempt."""
+    def running(self) -> bool:
+        """Handed to a handler whose outcome is not recorded yet. Whatever its visibility:
+        a worker that stalled, or a handler past MAX_HANDLER_TIME, still runs it or starts
+        it from its queue of handed-out messages. Rows written before ``in_flight`` existed
+        count as running on their first attempt."""
         return (not self.acked and self.retry_count > NEVER_DELIVERED
-                and self.invisible_until > now_ms
                 and (self.in_flight or self.last_error == ""))
 
 

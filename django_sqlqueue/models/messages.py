@@ -48,11 +48,13 @@ class QueueMessageManager(models.Manager["QueueMessage"]):
     """
 
     def insert_rows(self, rows: Sequence[NewRow], using: str,
-                    notify_channel: str | None = None) -> dict[_Key, MessageRow]:
+                    notify_channel: str | None = None,
+                    new: set[_Key] | None = None) -> dict[_Key, MessageRow]:
         """Append rows in one multi-row INSERT; a (topic, key, id) already stored keeps its row.
 
         ``rows`` must not repeat a (topic, key, id). Returns the stored rows by
-        (topic, key, id), whether new or already there. A duplicate is neither locked nor
+        (topic, key, id), whether new or already there; ``new``, when given, gets the
+        keys of the rows this call wrote. A duplicate is neither locked nor
         rewritten when the stored row committed before this transaction's snapshot (see
         docs/data-model.md, "Publishing the same id again"). Times come from the database
         clock, so a publisher's wrong clock cannot make a delayed message due early.
@@ -91,6 +93,13 @@ class QueueMessageManager(models.Manager["QueueMessage"]):
                 raise InvalidMessage(f"the database refused the message: {reason}") from exc
             raise
         stored.update({(r.topic, r.key, r.id): r for r in inserted})
+        if new is not None:
+            # Without RETURNING (Oracle MySQL) a statement that skipped some rows does not
+            # say which: they count as written, as publish() always reported them.
+            if returning:
+                new.update((r.topic, r.key, r.id) for r in inserted)
+            elif written:
+                new.update(_keys(rows))
         if returning and written == len(rows):
             return stored
         # Rows skipped as duplicates, or not returned (Oracle MySQL has no RETURNING). The

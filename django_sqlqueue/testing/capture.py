@@ -3,6 +3,9 @@
 Capturing observes, it does not replace: the messages are still written, so ``drain()``
 can run them afterwards. Publishes are seen in every thread, committed or not (a block
 rolled back still shows what it tried to publish), and nested blocks each see their own.
+
+It records what the block wrote: a publish whose (topic, key, id) was stored before the
+block wrote nothing, and is listed apart, in ``duplicates``, never among the messages.
 """
 
 from __future__ import annotations
@@ -40,19 +43,25 @@ class Captured:
 
     ``len(box)``, iteration and ``box.messages`` give them all; ``filter()`` and
     ``payloads()`` narrow them down; ``assert_published()`` and ``assert_enqueued()``
-    check them with an error that lists what was published instead.
+    check them with an error that lists what was published instead. ``duplicates`` lists
+    the publishes that wrote nothing (their id was taken before the block).
     """
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._by_offset: dict[int, StoredMessage] = {}
+        self._duplicates: list[StoredMessage] = []
 
     def _record(self, messages: Sequence[StoredMessage]) -> None:
         with self._lock:
             for message in messages:
-                # A duplicate publish (same topic, key and id) returns the stored message:
-                # it wrote nothing new, so it is listed once.
-                self._by_offset.setdefault(message.offset, message)
+                # A duplicate publish (same topic, key and id) returns the stored message
+                # and writes nothing: one of a message this block wrote is listed once,
+                # one of a message stored before is no message of the block's at all.
+                if message.written or message.offset in self._by_offset:
+                    self._by_offset.setdefault(message.offset, message)
+                else:
+                    self._duplicates.append(message)
 
     # ----------------------------------------------------------------- reading
 
@@ -82,6 +91,13 @@ class Captured:
         return [m.payload for m in self.filter(topic)]
 
     @property
+    def duplicates(self) -> list[StoredMessage]:
+        """Publishes in the block that wrote nothing, because a message with the same
+        (topic, key, id) was stored before it: the stored messages they found, in order."""
+        with self._lock:
+            return list(self._duplicates)
+
+    @property
     def tasks(self) -> list[CapturedTask]:
         """The tasks enqueued, in order."""
         return [task for m in self.messages if (task := _as_task(m)) is not None]
@@ -90,6 +106,7 @@ class Captured:
         """Forget what was captured so far (the messages stay in the log)."""
         with self._lock:
             self._by_offset.clear()
+            self._duplicates.clear()
 
     # ----------------------------------------------------------------- asserting
 
@@ -140,12 +157,20 @@ class Captured:
 
     def _listing(self, topic: str) -> str:
         same = self.filter(topic)
+        dropped = [m for m in self.duplicates if m.topic == topic]
+        if dropped:
+            ids = ", ".join(f"key={m.key!r} id={m.id!r}" for m in dropped[:SHOWN])
+            dropped_text = (f"; {len(dropped)} publish(es) to {topic!r} wrote nothing, their "
+                            f"(topic, key, id) being stored already: {ids}")
+        else:
+            dropped_text = ""
         if same:
-            return f"{len(same)} message(s) of {topic!r} were: " + _lines(same)
+            return f"{len(same)} message(s) of {topic!r} were: " + _lines(same) + dropped_text
         topics = sorted({m.topic for m in self.messages})
         if not topics:
-            return "nothing was published"
-        return f"nothing was published to {topic!r}; topics published to: {', '.join(topics)}"
+            return "nothing was published" + dropped_text
+        return (f"nothing was published to {topic!r}; topics published to: "
+                f"{', '.join(topics)}" + dropped_text)
 
 
 @contextmanager

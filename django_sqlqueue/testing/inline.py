@@ -8,7 +8,8 @@ differences a test needs:
   a ``TestCase`` everything happens in the test's transaction (each handler in a savepoint
   of its own, as a worker's handler has its own transactions);
 - no thread, no garbage collection, no fault backoff: an error fails the drain at once;
-- a clock that can jump forward, so a delay or a retry's backoff comes due when asked.
+- a clock that can jump forward, so a delay, a retry's backoff or a rate limit's next token
+  comes due when asked (limits: see :mod:`.limits`).
 """
 
 from __future__ import annotations
@@ -39,6 +40,7 @@ from ..worker.partitions import Ident, Partition
 from ..worker.process import _send as send_signal
 from ..worker.results import CycleResult, Delivery
 from ..worker.window import NEVER_MS
+from .limits import DrainLimits
 from .summary import DrainResult, Failure
 
 CAPACITY = 100  # messages one cycle hands out at most, as a worker's default
@@ -93,7 +95,7 @@ class InlineWorker:
         self.renew_interval = conf.renew_interval
         self.leasing = Leasing(name, using, subscriptions, conf.lease_duration)
         self.cycle = PollCycle(name, self.leasing.token, using, conf.dlq_suffix, clock.now_ms,
-                               _nothing_runs, _nothing_runs)
+                               _nothing_runs, _nothing_runs, DrainLimits(using))
         self.controls = Controls(((s.group, s.topic) for s in subscriptions), using)
         self.topics = sorted({s.topic for s in subscriptions})
         self.groups_by_topic: dict[str, set[str]] = {}
