@@ -146,11 +146,30 @@ class Publisher:
 
 def main(argv: list[str]) -> int:
     kind, index, seconds, seed = argv[0], int(argv[1]), float(argv[2]), int(argv[3])
+    if kind == "poison":
+        return publish_poison(index, seconds, seed)
     publisher = Publisher(kind, index, seed)
     deadline = time.monotonic() + seconds
     while time.monotonic() < deadline:
         started = time.monotonic()
         publisher.publish(publisher.batch())
+        time.sleep(max(0.0, publisher.pause() - (time.monotonic() - started)))
+    return 0
+
+
+def publish_poison(index: int, seconds: float, seed: int) -> int:
+    """The poison publisher (poison.py): a transaction that fails on a database fault is
+    not retried; what it would have published is simply not written down."""
+    from tests.chaos.poison import PoisonPublisher
+
+    publisher = PoisonPublisher(index, seed, index * NUMBERS_PER_PUBLISHER + 1)
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        started = time.monotonic()
+        try:
+            publisher.publish_one()
+        except DatabaseError:
+            connection.close()
         time.sleep(max(0.0, publisher.pause() - (time.monotonic() - started)))
     return 0
 

@@ -29,10 +29,10 @@ import django
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "tests.chaos.settings")
 
-from . import report, verify  # noqa: E402  (neither needs Django set up)
+from . import poison, report, verify  # noqa: E402  (none needs Django set up)
 
 WORKERS = 4  # plus one with a skewed clock
-PUBLISHERS = (("steady", 2), ("bulk", 1), ("slow", 1), ("rollback", 1))
+PUBLISHERS = (("steady", 2), ("bulk", 1), ("slow", 1), ("rollback", 1), ("poison", 1))
 KILL_EVERY = (4.0, 7.0)  # seconds between two kill -9s
 RESTART_AFTER = 1.0  # seconds from a kill to the restart
 HANG_NUMBER = 1  # the message number of the one message whose first run hangs
@@ -52,7 +52,9 @@ def schedule(seconds: float, seed: int, lease: float, restart_db: str, lock: str
     events = [
         Event(0, "start", f"{WORKERS} workers, 1 worker with its clock {'+60s'} ahead, "
                           "publishers: 2 steady, 1 bulk (publish_many), 1 slow (transactions "
-                          "open 2-4 s), 1 rolling back; one message whose handler hangs"),
+                          "open 2-4 s), 1 rolling back, 1 poison (malformed task messages, "
+                          "too deep payloads, task outcomes that cannot be stored, among "
+                          "normal tasks); one message whose handler hangs"),
     ]
     t = 5.0
     while t < seconds - 5:
@@ -290,6 +292,8 @@ def drain(run: Run, directory: Path, timeout: float) -> None:
     deadline = time.monotonic() + timeout
     while True:
         lags = database.safely(lambda: database.lag(report.GROUPS), None)
+        if lags is not None:
+            lags[poison.TASK_GROUP] = database.safely(poison.pending, 1)
         if lags is not None and not any(lags.values()):
             runs = report.read_runs(directory)
             dead = database.safely(lambda: database.dead_letters(report.GROUPS, suffix), None)
@@ -335,10 +339,13 @@ def finish(run: Run, args: argparse.Namespace, directory: Path, plan: verify.Pla
           f"{published.duplicates - after_gc} found the stored message, {after_gc} came after "
           f"GC had collected it and were stored anew (the idempotency window ends at GC); "
           f"{len(twice)} stored twice otherwise")
+    poisoned = poison.verify(directory, sqlqueue_suffix())
+    print(poisoned.line())
     errors, expected = verify.log_problems(directory)
     for why, count in sorted(expected.items()):
         print(f"chaos: {count} expected log line(s): {why}")
     failures = run.problems + twice[:20] + [f for r in reports for f in r.failures()]
+    failures += poisoned.failures[:20]
     failures += [f"fault {c.fault} did not take effect: {c.detail}" for c in checks if c.failed]
     if errors:
         failures.append(f"{len(errors)} traceback(s) or ERROR line(s) in the logs, e.g.:\n    "

@@ -60,6 +60,15 @@ SQLQUEUE: dict[str, object] = {
     "TOPICS": {TOPIC: {"PARTITIONS": PARTITIONS}},
 }
 
+# The poison publisher's tasks (tests/chaos/tasks.py, poison.py) run on the same workers.
+TASKS = {
+    "default": {
+        "BACKEND": "django_sqlqueue.tasks.QueueBackend",
+        "QUEUES": ["chaos"],
+        "OPTIONS": {"MAX_ATTEMPTS": 5},
+    },
+}
+
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
