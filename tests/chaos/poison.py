@@ -108,7 +108,7 @@ class PoisonPublisher:
         from django.db import DatabaseError, transaction
 
         import django_sqlqueue as sqlqueue
-        from django_sqlqueue.encoding import MAX_PAYLOAD_DEPTH
+        from django_sqlqueue.limits import MAX_PAYLOAD_DEPTH
         from django_sqlqueue.models import QueueMessage
 
         from .settings import TOPIC
