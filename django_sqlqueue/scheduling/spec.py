@@ -15,6 +15,7 @@ from typing import Any
 
 from django.utils.module_loading import import_string
 
+from ..conf import get_settings
 from ..encoding import build_row, validate_topic
 from ..exceptions import InvalidMessage, SQLQueueError
 from ..models.task_results import TASK_PATH_LENGTH
@@ -165,8 +166,9 @@ def task_problems(path: str) -> list[str]:
     its backend is not django_sqlqueue's (whose enqueue makes a tick's task exactly once)."""
     try:
         task = import_string(path)
-    except ImportError as exc:
-        return [f"task {path!r} cannot be imported ({exc})"]
+    except Exception as exc:  # noqa: BLE001 - a module missing, or one whose import raises
+        # (a @task on a queue these settings lack is refused as its module is imported)
+        return [f"task {path!r} cannot be imported ({type(exc).__name__}: {exc})"]
     try:
         from ..tasks.backend import QueueBackend
         from ..tasks.compat import Task
@@ -196,7 +198,7 @@ def _message_problems(name: Any, options: dict[str, Any]) -> list[tuple[str, str
     try:
         validate_topic(options["topic"])
         build_row(options["topic"], options.get("payload"), options.get("key", ""), "x",
-                  options.get("headers"), None, 2**62)
+                  options.get("headers"), None, get_settings().max_payload_bytes)
     except InvalidMessage as exc:
         found.append((E_MESSAGE, f"schedule {name!r}: {exc}"))
     return found
