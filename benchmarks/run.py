@@ -33,7 +33,7 @@ if str(REPO_ROOT) not in sys.path:
 
 NAMES = ["publish_single", "publish_many", "end_to_end", "latency", "latency_workers",
          "latency_notify", "idle_queries", "many_keys", "scale", "fleet", "admin_pages",
-         "tasks", "waiting", "schedules", "limits"]
+         "tasks", "waiting", "schedules", "limits", "notify_volume"]
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -77,6 +77,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--schedule-seconds", type=float, default=30.0,
                         help="how long schedules fires 300 of them, 5 ticks a second "
                              "(default: 30)")
+    parser.add_argument("--notify-seconds", type=float, default=120.0,
+                        help="how long notify_volume's 8 threads publish while the listener's "
+                             "backlog is sampled (PostgreSQL; default: 120)")
     parser.add_argument("--profile", action="store_true",
                         help="MariaDB/MySQL: also count the end_to_end workers' statements "
                              "by kind and table (adds a little overhead)")
@@ -85,7 +88,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     args = parser.parse_args(argv)
     if args.seconds <= 0 or args.messages < 1 or args.latency_seconds <= 0 \
             or args.idle_seconds <= 0 or args.scale_messages < 1 or args.scale_timeout <= 0 \
-            or args.tasks < 2 or args.baseline_tasks < 2:
+            or args.tasks < 2 or args.baseline_tasks < 2 or args.notify_seconds <= 0:
         parser.error("durations and message counts must be positive")
     try:
         args.fleet_sizes = tuple(int(n) for n in args.fleet_sizes.split(","))
@@ -117,11 +120,21 @@ def main(argv: list[str] | None = None) -> int:
     django.setup()
     from django.core.management import call_command
 
-    from benchmarks import admin_pages, latency, limits, scaling, schedules, suite, tasks, waiting
+    from benchmarks import (
+        admin_pages,
+        latency,
+        limits,
+        scaling,
+        schedules,
+        suite,
+        tasks,
+        waiting,
+        wakeup,
+    )
 
     benchmarks = {**suite.BENCHMARKS, **scaling.BENCHMARKS, **admin_pages.BENCHMARKS,
                   **tasks.BENCHMARKS, **waiting.BENCHMARKS, **schedules.BENCHMARKS,
-                  **limits.BENCHMARKS, **latency.BENCHMARKS}
+                  **limits.BENCHMARKS, **latency.BENCHMARKS, **wakeup.BENCHMARKS}
 
     call_command("migrate", verbosity=0, interactive=False)
     meta = describe(db, args)
@@ -137,6 +150,7 @@ def main(argv: list[str] | None = None) -> int:
         admin_dead_letters=args.admin_dead_letters, task_count=args.tasks,
         baseline_task_count=args.baseline_tasks, waiting_messages=args.waiting,
         schedule_count=args.schedules, schedule_seconds=args.schedule_seconds,
+        notify_seconds=args.notify_seconds,
     )
     results: list[suite.Result] = []
     failures: list[str] = []

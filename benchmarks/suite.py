@@ -104,6 +104,7 @@ class Context:
     waiting_messages: int = 50_000  # waiting messages in one partition (waiting benchmark)
     schedule_count: int = 10_000  # run-time schedules stored (schedules benchmark)
     schedule_seconds: float = 30.0  # how long 300 of them fire
+    notify_seconds: float = 120.0  # notify_volume: how long 8 threads publish
     workers: list[subprocess.Popen[bytes]] = field(default_factory=list)
     log: Callable[[str], None] = print
 

@@ -127,7 +127,7 @@ def publish(
     validate_topic(topic)
     row = build_row(topic, payload, key, id, headers, delay, get_settings().max_payload_bytes)
     alias = using or router.db_for_write(QueueMessage)
-    channel = notify.statement_channel(alias)
+    channel = notify.statement_channel(alias, topic)
     new: set[tuple[str, str, str]] = set()
     stored = QueueMessage.objects.insert_rows([row], using=alias, notify_channel=channel,
                                               new=new)
@@ -148,7 +148,7 @@ def publish_new(
     row = build_row(topic, payload, "", id, None, delay, get_settings().max_payload_bytes)
     row = row._replace(id_given=False)
     alias = using or router.db_for_write(QueueMessage)
-    channel = notify.statement_channel(alias)
+    channel = notify.statement_channel(alias, topic)
     stored = QueueMessage.objects.insert_rows([row], using=alias, notify_channel=channel)
     if channel is None:
         notify.announce([topic], alias)

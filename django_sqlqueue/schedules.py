@@ -17,6 +17,7 @@ from typing import Any
 
 from django.db import router
 
+from .conf import get_settings
 from .models import Schedule
 from .models.schedules import ORIGIN_SETTINGS
 from .scheduling import cron
@@ -56,10 +57,13 @@ def add(
 
 def remove(name: str, *, using: str | None = None) -> None:
     """Delete the schedule ``name``; it fires no more. Raises ScheduleNotFound, or
-    InvalidSchedule for a schedule declared in settings (remove it there)."""
+    InvalidSchedule for a schedule these settings declare (remove it there first: workers
+    keep a schedule no longer declared until it is removed here)."""
     alias = _alias(using)
     row = get(name, using=alias)
-    if row.origin == ORIGIN_SETTINGS:
+    declared = get_settings().schedules
+    if row.origin == ORIGIN_SETTINGS and name in (declared if isinstance(declared, dict)
+                                                  else {}):
         raise InvalidSchedule(f"schedule {name!r} is declared in SQLQUEUE['SCHEDULES']; remove "
                               "it there (workers and migrate sync the settings)")
     Schedule.objects.using(alias).filter(name=name).delete()

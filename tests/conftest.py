@@ -80,6 +80,16 @@ def spark():
     session.stop()
 
 
+@pytest.fixture(autouse=True)
+def _owed_notifications_sent():
+    """Publishing may leave a thread sending owed notifications (PostgreSQL) on a
+    connection of its own: ended after each test, or it would hold the test database."""
+    yield
+    from django_sqlqueue.db import notify
+
+    notify.close()
+
+
 # --------------------------------------------------------------------------- worker launcher
 
 

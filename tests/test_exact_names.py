@@ -33,7 +33,7 @@ mysql_only = pytest.mark.skipif(
 FREE_TEXT = {
     ("queue_messages", "payload"), ("queue_messages", "metadata"),
     ("queue_messages", "last_error"), ("queue_delivery_state", "last_error"),
-    ("queue_schedules", "definition"),
+    ("queue_schedules", "definition"), ("queue_schedules", "reason"),
     ("queue_task_results", "args"), ("queue_task_results", "kwargs"),
     ("queue_task_results", "worker_ids"), ("queue_task_results", "errors"),
     ("queue_task_results", "return_value"),

@@ -6,6 +6,7 @@ from __future__ import annotations
 import logging
 
 import pytest
+from django.conf import settings
 from django.db import transaction
 from django.test import override_settings
 
@@ -14,7 +15,7 @@ from django_sqlqueue.models import QueueMessage, Schedule
 from django_sqlqueue.scheduling import cron
 from django_sqlqueue.scheduling.definitions import sync_settings
 from django_sqlqueue.scheduling.firing import tick_id
-from django_sqlqueue.scheduling.ticking import fire_due
+from django_sqlqueue.scheduling.ticking import HeldSchedules, fire_due
 from django_sqlqueue.tasks.compat import TaskResultStatus, task_backends
 from tests.factories import ScheduleFactory, schedule_definition
 
@@ -119,12 +120,16 @@ def test_settings_schedules_are_synced_into_the_table():
     assert (row.name, row.origin, row.cron) == ("hourly-report", "settings", "@hourly")
 
 
-def test_a_schedule_removed_from_settings_is_deleted_and_run_time_ones_stay():
+def test_a_schedule_removed_from_settings_is_kept_with_its_state_until_removed():
+    # Another release's workers may still declare it (a rolling deploy, a rollback).
     schedules.add("tenant-1", cron="@daily", topic="reports", payload=1)
     with override_settings(SQLQUEUE={"SCHEDULES": SETTINGS_SCHEDULES}):
         sync_settings()
+        schedules.pause("hourly-report")
     with override_settings(SQLQUEUE={"SCHEDULES": {}}):
         sync_settings()
+        assert Schedule.objects.get(name="hourly-report").paused
+        schedules.remove("hourly-report")
     assert list(Schedule.objects.values_list("name", flat=True)) == ["tenant-1"]
 
 
@@ -220,19 +225,6 @@ def test_a_task_schedule_enqueues_the_task_under_the_tick_id():
     assert result.status == TaskResultStatus.READY and result.args == [2, 3]
 
 
-def test_a_tick_that_cannot_fire_is_logged_and_the_schedule_moves_on(caplog):
-    now = db_now()
-    ScheduleFactory(name="gone", next_run_at=hour_start(now), definition=schedule_definition(
-        topic=None, payload=None, task="tests.testapp.tasks.add"))
-    Schedule.objects.update(definition=Schedule.objects.get().definition.replace(
-        "tests.testapp.tasks.add", "tests.testapp.tasks.removed_since"))
-    with caplog.at_level(logging.ERROR, "django_sqlqueue.schedules"):
-        fire_due(now, "default")
-    assert "schedule tick not fired name=gone" in caplog.text
-    row = Schedule.objects.get()
-    assert row.next_run_at > now and row.last_message == ""
-
-
 def test_schedule_names_are_case_sensitive():
     schedules.add("nightly", cron="@daily", topic="reports", payload=1)
     schedules.add("Nightly", cron="@hourly", topic="reports", payload=2)
@@ -289,3 +281,92 @@ def test_a_0230_job_fires_once_on_the_autumn_day_that_repeats_its_hour():
         "schedule:paris:2026-10-25T00:30:00Z",  # 02:30 CEST, the first of two 02:30s
         "schedule:paris:2026-10-26T01:30:00Z",  # 02:30 CET
     ]
+
+
+# ----------------------------------------------------------------------- releases
+
+def test_a_task_on_a_queue_this_release_lacks_is_left_due_with_its_reason():
+    now = db_now()
+    tick = hour_start(now)
+    ScheduleFactory(name="later", next_run_at=tick, target="task tests.testapp.tasks.remember",
+                    definition=schedule_definition(topic=None, payload=None,
+                                                   task="tests.testapp.tasks.remember",
+                                                   args=["x"]))
+    tasks = {"default": {**settings.TASKS["default"], "QUEUES": ["default", "emails"]}}
+    with override_settings(TASKS=tasks):
+        assert fire_due(now, "default") == 1
+    row = Schedule.objects.get()
+    assert (row.next_run_at, row.last_message) == (tick, "")
+    assert "queue 'ordered'" in row.reason
+    fire_due(now, "default")  # with the queue configured, it fires the waiting tick
+    row = Schedule.objects.get()
+    assert row.last_message == tick_id("later", tick) and row.reason == ""
+
+
+def test_a_tick_whose_task_is_gone_is_left_due_and_logged_once(caplog):
+    now = db_now()
+    ScheduleFactory(name="gone", next_run_at=hour_start(now), definition=schedule_definition(
+        topic=None, payload=None, task="tests.testapp.tasks.add"))
+    Schedule.objects.update(definition=Schedule.objects.get().definition.replace(
+        "tests.testapp.tasks.add", "tests.testapp.tasks.removed_since"))
+    held = HeldSchedules(retry=0.0)
+    with caplog.at_level(logging.INFO, "django_sqlqueue.schedules"):
+        for _ in range(3):
+            fire_due(now, "default", held=held)
+    assert caplog.text.count("schedule left to workers that can fire it name=gone") == 1
+    row = Schedule.objects.get()
+    assert row.next_run_at == hour_start(now) and row.last_message == ""
+    assert "removed_since" in row.reason
+
+
+def test_a_worker_passes_over_a_schedule_it_cannot_fire_for_a_while():
+    now = db_now()
+    ScheduleFactory(name="elsewhere", origin="settings", next_run_at=hour_start(now))
+    held = HeldSchedules()
+    assert fire_due(now, "default", held=held) == 1
+    assert "SCHEDULES" in Schedule.objects.get().reason
+    assert fire_due(now, "default", held=held) == 0
+    assert Schedule.objects.next_due("default", held.names())[0] is None
+
+
+def test_a_tick_refused_for_good_is_logged_and_the_schedule_moves_on(caplog):
+    now = db_now()
+    ScheduleFactory(name="big", next_run_at=hour_start(now), definition=schedule_definition(
+        payload={"text": "x" * 2000}))  # stored before the limit was lowered
+    with override_settings(SQLQUEUE={"MAX_PAYLOAD_BYTES": 1024}), \
+            caplog.at_level(logging.ERROR, "django_sqlqueue.schedules"):
+        fire_due(now, "default")
+    assert "schedule tick not fired name=big" in caplog.text
+    row = Schedule.objects.get()
+    assert row.next_run_at > now and row.last_message == "" and row.reason == ""
+
+
+# ----------------------------------------------------------------------- refused at add
+
+def test_add_refuses_a_payload_over_max_payload_bytes():
+    with override_settings(SQLQUEUE={"MAX_PAYLOAD_BYTES": 1024}), \
+            pytest.raises(schedules.InvalidSchedule, match="1024"):
+        schedules.add("big", cron="@daily", topic="reports", payload={"text": "x" * 2000})
+    assert not Schedule.objects.exists()
+
+
+def test_settings_schedules_over_max_payload_bytes_are_not_synced():
+    declared = {"big": {"cron": "@daily", "topic": "reports", "payload": "x" * 2000}}
+    with override_settings(SQLQUEUE={"SCHEDULES": declared, "MAX_PAYLOAD_BYTES": 1024}):
+        sync_settings()
+    assert not Schedule.objects.exists()
+
+
+@pytest.mark.parametrize("expression,field", [
+    ("*/61 * * * *", "minute"), ("0 */25 * * *", "hour"), ("0 0 */32 * *", "day-of-month"),
+    ("0 0 1 */13 *", "month"), ("0 0 * * */8", "day-of-week"), ("*/61 * * * * *", "second"),
+    ("5-50/0 * * * *", "minute"),
+])
+def test_add_refuses_a_cron_step_out_of_its_field_range(expression, field):
+    with pytest.raises(schedules.InvalidSchedule, match=f"in the {field} field is out of range"):
+        schedules.add("bad", cron=expression, topic="reports", payload=1)
+
+
+def test_cron_steps_within_range_are_accepted():
+    schedules.add("ok", cron="*/59 */23 */31 */12 */7", topic="reports", payload=1)
+    assert Schedule.objects.filter(name="ok").exists()

@@ -6,15 +6,17 @@ The workers poll every 5 s here, so a message handled within a second was woken 
 
 from __future__ import annotations
 
+import threading
 import time
 
 import pytest
-from django.db import connection, transaction
+from django.db import connection, connections, transaction
 from django.test import override_settings
 from django.test.utils import CaptureQueriesContext
 
 import django_sqlqueue as sqlqueue
 from django_sqlqueue.db import notify
+from django_sqlqueue.worker.wakeup import COALESCE, Listener
 from tests.testapp.models import Handled
 from tests.worker_harness import lease_counts, wait_until, worker_pool
 
@@ -200,3 +202,94 @@ def test_with_notify_off_a_worker_opens_no_listener_and_polls(workers):
                watch=[worker], timeout=10)
     assert handled_at(offset) - published < 1.0 + WOKEN
     assert listeners("polling") == []
+
+
+# --------------------------------------------------------------------------- at volume
+
+
+class CountedEvent(threading.Event):
+    """A wake event that counts how often it is set."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.sets = 0
+
+    def set(self) -> None:
+        self.sets += 1
+        super().set()
+
+
+def notify_burst(count: int, topic: str = "orders") -> None:
+    """``count`` notifications, each committed on its own, as fast as the server goes
+    (what ``count`` autocommit publishers' commits would send)."""
+    with connection.cursor() as cursor:
+        cursor.execute(f"DO $$ BEGIN FOR i IN 1..{int(count)} LOOP "
+                       f"PERFORM pg_notify('{notify.CHANNEL}', '{topic}'); COMMIT; END LOOP; END $$")
+
+
+def test_the_listener_drains_a_burst_in_one_go_and_wakes_once_per_fold():
+    wake = CountedEvent()
+    listener = Listener(["orders"], wake, "default", "burst test")
+    listener.start()
+    try:
+        wait_until(listener.listening.is_set, what="the listener connection", timeout=10)
+        time.sleep(0.2)
+        woken_before = wake.sets  # the look it takes once connected
+        started = time.monotonic()
+        notify_burst(2000)
+        # Read as fast as they come: the wake-ups stop within seconds of the burst, not
+        # after the minute that one notification per COALESCE pause would take.
+        wait_until(lambda: wake.sets > woken_before, what="a wake-up", timeout=5)
+        sets, still_since = wake.sets, time.monotonic()
+        while time.monotonic() - still_since < 1.0:
+            assert time.monotonic() - started < 6.0, "the listener still wakes the loop"
+            time.sleep(0.05)
+            if wake.sets != sets:
+                sets, still_since = wake.sets, time.monotonic()
+        elapsed = still_since - started
+        assert listener.received == 2000
+        assert wake.sets - woken_before == listener.wakeups
+        # One wake-up per fold: at most one per COALESCE pause, however many arrived.
+        assert 1 <= listener.wakeups <= elapsed / COALESCE + 2
+        assert listener.wakeups < 200
+    finally:
+        listener.stop()
+
+
+@pytest.mark.worker
+def test_concurrent_publishers_notify_less_than_they_commit_and_nothing_waits_for_a_poll(
+        workers, listening):
+    worker = start_idle_worker(workers, "busy")
+    wait_until(lambda: listeners("busy"), what="the listener connection", watch=[worker])
+    time.sleep(1.0)  # idle: past the polls of its start
+    listening(0.1)
+    threads, each, rounds = 8, 5, 4
+    commits = notifications = 0
+    for round_ in range(rounds):
+        published: list[tuple[int, float]] = []
+
+        def publisher(n: int, round_: int = round_,
+                      published: list[tuple[int, float]] = published) -> None:
+            try:
+                for i in range(each):
+                    published.append(publish_and_time(key=f"r{round_}-p{n}-{i}"))
+            finally:
+                connections.close_all()
+
+        pool = [threading.Thread(target=publisher, args=(n,)) for n in range(threads)]
+        for thread in pool:
+            thread.start()
+        for thread in pool:
+            thread.join()
+        last_commit = max(at for _, at in published)
+        commits += len(published)
+        # Every message of the round handled long before the next poll (5 s): the
+        # commits whose notification was skipped were announced by an owed one.
+        for offset, _ in published:
+            wait_until(lambda o=offset: handled_at(o), what="the round's messages handled",
+                       watch=[worker], timeout=SLOW_POLL * 2)
+        assert max(handled_at(o) for o, _ in published) - last_commit < WOKEN
+        notifications += len(listening(0.5))  # the owed ones come within notify.INTERVAL
+        time.sleep(0.5)
+    assert commits == threads * each * rounds
+    assert 0 < notifications < commits

@@ -20,14 +20,14 @@ from .display import pre, pretty_json, when
 @admin.register(Schedule)
 class ScheduleAdmin(QueueModelAdmin):
     list_display = ("name", "cron", "timezone", "target", "next_run", "last_run",
-                    "last_message", "paused", "origin")
+                    "last_message", "paused", "origin", "reason")
     list_filter = ("paused", "origin")
     search_fields = ("name",)
     ordering = ("name",)
     list_per_page = 100
     actions = ("pause_schedules", "resume_schedules")
     fields = ("name", "cron", "timezone", "catch_up", "target", "next_run", "last_run",
-              "last_message", "paused", "origin", "definition_pretty")
+              "last_message", "paused", "origin", "reason", "definition_pretty")
     readonly_fields = fields
 
     def has_add_permission(self, request: HttpRequest) -> bool:

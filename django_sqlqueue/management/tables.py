@@ -47,10 +47,10 @@ def write_limits(write: Write, rows: Iterable[LimitStats]) -> None:
 
 def write_schedules(write: Write, rows: Iterable[ScheduleRow]) -> None:
     header = ("NAME", "CRON", "TIMEZONE", "TARGET", "NEXT RUN", "LAST RUN", "LAST MESSAGE",
-              "PAUSED", "FROM")
+              "PAUSED", "FROM", "WAITING BECAUSE")
     _write_table(write, [header] + [(
         r.name, r.cron, r.timezone, r.target, _when(r.next_run_at), _when(r.last_run_at),
-        r.last_message or "-", "yes" if r.paused else "no", r.origin,
+        r.last_message or "-", "yes" if r.paused else "no", r.origin, r.reason or "-",
     ) for r in rows])
 
 

@@ -9,35 +9,47 @@ fired by one of them. The advance of a row and what its tick publishes commit to
 
 from __future__ import annotations
 
+from collections.abc import Collection
+
 from django.db import connections, models
 
 from ..db import sql as sqlb
 from ..db import vendor
 from .fields import ID_LENGTH
 
-ORIGIN_SETTINGS = "settings"  # from SQLQUEUE["SCHEDULES"]: synced, removed with the setting
+ORIGIN_SETTINGS = "settings"  # from SQLQUEUE["SCHEDULES"]: synced, kept until removed
+REASON_LENGTH = 300
 ORIGIN_API = "api"  # from django_sqlqueue.schedules.add(): kept until removed
 
 
 class ScheduleManager(models.Manager["Schedule"]):
-    def claim_due(self, now_ms: int, limit: int, using: str) -> list[Schedule]:
+    def claim_due(self, now_ms: int, limit: int, using: str,
+                  skip: Collection[str] = ()) -> list[Schedule]:
         """Lock up to ``limit`` running schedules due at ``now_ms``, earliest first,
-        passing over rows another worker holds. Inside ``transaction.atomic``: the locks
-        last until it commits, and a row another worker advanced meanwhile is no longer
-        due (row locks read the latest committed row; SQLite's writer is alone anyway)."""
-        return list(self.using(using).filter(paused=False, next_run_at__lte=now_ms)
-                    .order_by("next_run_at").select_for_update(skip_locked=True)[:limit])
+        passing over rows another worker holds and those named in ``skip``. Inside
+        ``transaction.atomic``: the locks last until it commits, and a row another worker
+        advanced meanwhile is no longer due (row locks read the latest committed row;
+        SQLite's writer is alone anyway)."""
+        rows = self.using(using).filter(paused=False, next_run_at__lte=now_ms)
+        if skip:
+            rows = rows.exclude(name__in=sorted(skip))
+        return list(rows.order_by("next_run_at").select_for_update(skip_locked=True)[:limit])
 
-    def next_due(self, using: str) -> tuple[int | None, int]:
-        """(earliest next_run_at of the running schedules or None, the database's now in
-        epoch ms): the one statement an idle scheduler runs, an index read."""
+    def next_due(self, using: str, skip: Collection[str] = ()) -> tuple[int | None, int]:
+        """(earliest next_run_at of the running schedules not named in ``skip``, or None;
+        the database's now in epoch ms): the one statement an idle scheduler runs, an
+        index read."""
         connection = connections[using]
         q = sqlb.quoter(connection)
+        names = sorted(skip)
+        passed_over = (f" AND {q('name')} NOT IN ({', '.join(['%s'] * len(names))})"
+                       if names else "")
         rows = sqlb.fetch_all(
             connection,
             f"SELECT MIN({q('next_run_at')}), {vendor.now_ms_sql(connection)} "  # noqa: S608 - names quoted
-            f"FROM {q('queue_schedules')} WHERE {q('paused')} = {vendor.false_sql(connection)}",
-            [],
+            f"FROM {q('queue_schedules')} WHERE {q('paused')} = {vendor.false_sql(connection)}"
+            + passed_over,
+            names,
         )
         earliest, now = rows[0]
         return (None if earliest is None else int(earliest)), int(now)
@@ -49,10 +61,17 @@ class ScheduleManager(models.Manager["Schedule"]):
                 now_ms: int, using: str) -> None:
         """Record a firing: the next tick, and the tick fired with its message id (when
         the catch-up policy fired one)."""
-        changes: dict[str, object] = {"next_run_at": next_run_at, "updated_at": now_ms}
+        changes: dict[str, object] = {"next_run_at": next_run_at, "updated_at": now_ms,
+                                      "reason": ""}
         if fired is not None:
             changes.update(last_run_at=fired, last_message=message_id)
         self.using(using).filter(name=name).update(**changes)
+
+    def hold(self, name: str, reason: str, now_ms: int, using: str) -> int:
+        """Record why ``name``'s due ticks wait (left due, not advanced); rows changed,
+        0 when that reason is recorded already."""
+        return (self.using(using).filter(name=name).exclude(reason=reason)
+                .update(reason=reason, updated_at=now_ms))
 
     def defined(self, names: list[str] | None, using: str) -> dict[str, Schedule]:
         """The schedules named (every one when None), locked until the transaction ends, so
@@ -71,10 +90,10 @@ class ScheduleManager(models.Manager["Schedule"]):
         row.save(using=using, update_fields=["origin", "cron", "timezone", "catch_up", "target",
                                              "definition", "next_run_at", "updated_at"])
 
-    def delete_settings_except(self, names: list[str], using: str) -> int:
-        """Delete the schedules synced from settings that the settings no longer name."""
-        return (self.using(using).filter(origin=ORIGIN_SETTINGS).exclude(name__in=names)
-                .delete()[0])
+    def settings_except(self, names: list[str], using: str) -> list[str]:
+        """The schedules synced from settings that ``names`` (one release's) leave out."""
+        return list(self.using(using).filter(origin=ORIGIN_SETTINGS).exclude(name__in=names)
+                    .order_by("name").values_list("name", flat=True))
 
     def set_paused(self, name: str, paused: bool, now_ms: int, using: str,
                    next_run_at: int | None = None) -> int:
@@ -101,6 +120,10 @@ class Schedule(models.Model):
     next_run_at = models.BigIntegerField()
     last_run_at = models.BigIntegerField(null=True, blank=True)
     last_message = models.CharField(max_length=ID_LENGTH, blank=True, default="")
+    # Why its due ticks wait for another worker (a task or queue this worker's release
+    # lacks); empty once a tick fires.
+    reason = models.CharField("waiting because", max_length=REASON_LENGTH, blank=True,
+                              db_default="")
     created_at = models.BigIntegerField(default=0)
     updated_at = models.BigIntegerField(default=0)
 

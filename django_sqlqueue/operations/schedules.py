@@ -36,6 +36,7 @@ class ScheduleRow:
     next_run_at: datetime
     last_run_at: datetime | None
     last_message: str
+    reason: str = ""  # why its due ticks wait for another release's workers; "" if none
 
 
 def list_schedules(*, using: str = "default") -> list[ScheduleRow]:
@@ -44,6 +45,7 @@ def list_schedules(*, using: str = "default") -> list[ScheduleRow]:
         r.name, r.cron, r.timezone, r.target, r.origin, r.paused,
         epoch_ms_to_datetime(r.next_run_at),
         None if r.last_run_at is None else epoch_ms_to_datetime(r.last_run_at), r.last_message,
+        r.reason,
     ) for r in Schedule.objects.using(using).order_by("name")]
 
 

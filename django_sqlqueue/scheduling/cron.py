@@ -30,6 +30,11 @@ ALIASES = {
     "@hourly": "0 * * * *",
 }
 CATCH_UP_POLICIES = ("latest", "all", "none")
+# Each field's name and highest value, in order (seconds only when six fields are given):
+# a step above it ("*/61" in minutes) would silently act as the field's first value.
+FIELD_BOUNDS = (("minute", 59), ("hour", 23), ("day-of-month", 31), ("month", 12),
+                ("day-of-week", 7))
+SECOND_BOUND = ("second", 59)
 # "all" fires at most this many missed ticks, the newest ones, after a downtime.
 CATCH_UP_LIMIT = 100
 # A tick this late is missed: "none" skips it (a worker fires a tick within a second or so).
@@ -68,12 +73,23 @@ def validate(cron: str) -> None:
     if len(fields) not in (5, 6):
         raise InvalidCron(f"cron {cron!r} has {len(fields)} fields; it needs five (minute hour "
                           "day-of-month month day-of-week), or six with seconds first")
+    _validate_steps(cron, fields)
     try:
         next(CronSim(" ".join(fields), datetime.now(UTC)))
     except CronSimError as exc:
         raise InvalidCron(f"bad cron {cron!r}: {exc}") from exc
     except StopIteration as exc:
         raise InvalidCron(f"cron {cron!r} never fires") from exc
+
+
+def _validate_steps(cron: str, fields: list[str]) -> None:
+    bounds = ((SECOND_BOUND,) if len(fields) == 6 else ()) + FIELD_BOUNDS
+    for field, (name, highest) in zip(fields, bounds, strict=True):
+        for part in field.split(","):
+            _, slash, step = part.partition("/")
+            if slash and step.isdigit() and not 1 <= int(step) <= highest:
+                raise InvalidCron(f"bad cron {cron!r}: step /{step} in the {name} field is "
+                                  f"out of range (1-{highest})")
 
 
 def next_tick(cron: str, tz: tzinfo, after_ms: int) -> int:

@@ -23,9 +23,11 @@ logger = logging.getLogger("django_sqlqueue.schedules")
 
 
 def sync_settings(using: str | None = None) -> None:
-    """Make the table's settings-declared schedules those of ``SQLQUEUE["SCHEDULES"]``: add
-    new ones, redefine changed ones, delete those no longer declared. Invalid entries are
-    skipped (the system checks report them)."""
+    """Store the schedules of ``SQLQUEUE["SCHEDULES"]``: add new ones, redefine changed
+    ones. Those these settings do not declare are kept, pause and next tick included:
+    another release's workers (a rolling deploy, a rollback) may declare them, and this
+    release's workers leave them to those (see ticking). Invalid entries are skipped (the
+    system checks report them)."""
     alias = using or router.db_for_write(Schedule)
     declared = get_settings().schedules
     specs = []
@@ -43,9 +45,11 @@ def sync_settings(using: str | None = None) -> None:
                 logger.warning("schedule %s is declared in SQLQUEUE['SCHEDULES']: the settings "
                                "replace the one added at run time", spec.name)
         _store(specs, existing, ORIGIN_SETTINGS, now_ms, alias)
-        removed = Schedule.objects.delete_settings_except([s.name for s in specs], alias)
-    if removed:
-        logger.info("schedules removed from settings deleted count=%s", removed)
+        undeclared = Schedule.objects.settings_except([s.name for s in specs], alias)
+    if undeclared:
+        logger.info("schedules not declared in these settings kept (not fired by this "
+                    "release; schedules.remove() deletes them) names=%s",
+                    ",".join(undeclared[:20]))
 
 
 def save(spec: ScheduleSpec, using: str) -> Schedule:

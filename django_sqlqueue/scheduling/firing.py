@@ -9,9 +9,11 @@ no-op, whatever happens around it.
 
 from __future__ import annotations
 
+from ..conf import get_settings
+from ..models.schedules import ORIGIN_SETTINGS
 from ..publishing import publish
 from . import cron
-from .spec import ScheduleSpec
+from .spec import ScheduleSpec, known_task_problems
 
 PREFIX = "schedule:"
 
@@ -24,6 +26,21 @@ def tick_id(name: str, tick_ms: int) -> str:
 def manual_id(name: str, now_ms: int) -> str:
     """The message id of a run asked for by an operator (run-now) at ``now_ms``."""
     return f"{PREFIX}{name}:now:{now_ms}"
+
+
+def not_here(spec: ScheduleSpec, origin: str) -> str:
+    """Why this process's release cannot fire ``spec`` (empty when it can): its settings
+    do not declare it, or its task cannot be imported or enqueued here (a module or a
+    queue another release has). A worker of a release that can fires it instead."""
+    declared = get_settings().schedules
+    if origin == ORIGIN_SETTINGS and spec.name not in (declared if isinstance(declared, dict)
+                                                       else {}):
+        return "not declared in this worker's SQLQUEUE['SCHEDULES']"
+    if spec.task:
+        problems = known_task_problems(spec.task)
+        if problems:
+            return f"this worker's release cannot run it: {problems[0]}"
+    return ""
 
 
 def fire(spec: ScheduleSpec, message_id: str, using: str) -> None:

@@ -15,6 +15,7 @@ from typing import Any
 
 from django.utils.module_loading import import_string
 
+from ..conf import get_settings
 from ..encoding import build_row, validate_topic
 from ..exceptions import InvalidMessage, SQLQueueError
 from ..models.task_results import TASK_PATH_LENGTH
@@ -165,10 +166,10 @@ def task_problems(path: str) -> list[str]:
     its backend is not django_sqlqueue's (whose enqueue makes a tick's task exactly once)."""
     try:
         task = import_string(path)
-    except ImportError as exc:
-        return [f"task {path!r} cannot be imported ({exc})"]
+    except Exception as exc:  # noqa: BLE001 - a module missing, or one whose import raises
+        # (a @task on a queue these settings lack is refused as its module is imported)
+        return [f"task {path!r} cannot be imported ({type(exc).__name__}: {exc})"]
     try:
-        from ..tasks.backend import QueueBackend
         from ..tasks.compat import Task
     except ImportError:
         return ["Django's Tasks framework is not installed (Django 5.2 needs django-tasks)"]
@@ -179,6 +180,25 @@ def task_problems(path: str) -> list[str]:
     if resolve(path) is None:
         return [f"task {path!r} is not in an installed app's tasks module nor in a module of "
                 "SQLQUEUE['TASK_MODULES'], so no worker would run it"]
+    return backend_problems(task, path)
+
+
+def known_task_problems(path: str) -> list[str]:
+    """:func:`task_problems` for a path read from a row: looked up among the known tasks,
+    never imported (a row could name any module)."""
+    from ..tasks.known import resolve
+
+    task = resolve(path)
+    if task is None:
+        return [f"task {path!r} is not a known task of this release (an installed app's "
+                "tasks module or SQLQUEUE['TASK_MODULES'])"]
+    return backend_problems(task, path)
+
+
+def backend_problems(task: Any, path: str) -> list[str]:
+    """Why the known task ``task`` cannot be enqueued here: its backend or queue."""
+    from ..tasks.backend import QueueBackend
+
     try:
         backend = task.get_backend()
     except Exception as exc:  # noqa: BLE001 - an unknown backend alias, say: reported as is
@@ -201,7 +221,7 @@ def _message_problems(name: Any, options: dict[str, Any]) -> list[tuple[str, str
     try:
         validate_topic(options["topic"])
         build_row(options["topic"], options.get("payload"), options.get("key", ""), "x",
-                  options.get("headers"), None, 2**62)
+                  options.get("headers"), None, get_settings().max_payload_bytes)
     except InvalidMessage as exc:
         found.append((E_MESSAGE, f"schedule {name!r}: {exc}"))
     return found

@@ -20,7 +20,7 @@ from ..db.errors import is_disconnect, is_transient
 from ..logtext import loggable
 from ..models import Schedule
 from ..scheduling.definitions import sync_settings
-from ..scheduling.ticking import CLAIM_BATCH, fire_due
+from ..scheduling.ticking import CLAIM_BATCH, HeldSchedules, fire_due
 
 logger = logging.getLogger("django_sqlqueue.worker")
 
@@ -36,6 +36,7 @@ class Scheduler:
     def __init__(self, using: str) -> None:
         self.using = using
         self.synced = False
+        self.held = HeldSchedules()  # those this release cannot fire, passed over a while
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="sqlqueue-scheduler",
                                         daemon=True)
@@ -64,14 +65,14 @@ class Scheduler:
             if not self.synced:
                 sync_settings(self.using)
                 self.synced = True
-            earliest, now_ms = Schedule.objects.next_due(self.using)
+            earliest, now_ms = Schedule.objects.next_due(self.using, self.held.names())
             if earliest is None or earliest > now_ms:
                 wait = LOOK_INTERVAL if earliest is None else (earliest - now_ms) / 1000
                 return min(LOOK_INTERVAL, wait)
             # Claimed in batches until none is left due that another worker is not firing.
-            claimed = fire_due(now_ms, self.using)
+            claimed = fire_due(now_ms, self.using, held=self.held)
             while claimed == CLAIM_BATCH and not self._stop.is_set():
-                claimed = fire_due(now_ms, self.using)
+                claimed = fire_due(now_ms, self.using, held=self.held)
             # Nothing claimed: the due rows are another worker's, which is firing them.
             return BUSY_ELSEWHERE if claimed == 0 else AFTER_FIRING
         except Exception as exc:  # noqa: BLE001 - the scheduler must never stop the worker
