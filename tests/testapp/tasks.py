@@ -162,3 +162,10 @@ def sync_account(account_id: int, log: str, sleep: float = 0.2) -> None:
 @task_options(max_running=1)
 def one_at_a_time(log: str, sleep: float = 0.1) -> None:
     _log_run(log, "single", sleep)
+
+
+@task
+@task_options(concurrency_key="ledger:{ledger}", max_running=1)
+def post_to_ledger(ledger: int, log: str, sleep: float = 0.2) -> None:
+    """One at a time per ledger, whichever queue it was enqueued on."""
+    _log_run(log, f"ledger:{ledger}", sleep)
