@@ -75,20 +75,21 @@ def record_key_or_fail(message: sqlqueue.Message) -> None:
 
 # ``limited`` (max_running=3, 50 ms), ``rated`` (rate="200/s") and ``unlimited`` (5 ms, no
 # limit) for the limits benchmark: each run appends "start end" to the file of its own
-# topic in SQLQUEUE_BENCH_LIMITS_DIR.
+# topic in SQLQUEUE_BENCH_LIMITS_DIR (``limited`` also its partition).
 
 
-def _log_limited_run(topic: str, sleep: float) -> None:
+def _log_limited_run(topic: str, sleep: float, partition: str = "") -> None:
     began = time.time()
     if sleep:
         time.sleep(sleep)
     folder = os.environ.get("SQLQUEUE_BENCH_LIMITS_DIR")
-    append_line(folder and os.path.join(folder, f"{topic}.log"), f"{began:.6f} {time.time():.6f}")
+    append_line(folder and os.path.join(folder, f"{topic}.log"),
+                f"{began:.6f} {time.time():.6f} {partition}".rstrip())
 
 
 @sqlqueue.subscriber("limited", group="bench", max_running=3)
 def limited(message: sqlqueue.Message) -> None:
-    _log_limited_run("limited", 0.05)
+    _log_limited_run("limited", 0.05, message.partition)
 
 
 @sqlqueue.subscriber("rated", group="bench", rate="200/s")

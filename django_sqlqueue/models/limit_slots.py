@@ -7,6 +7,10 @@ transaction, so a slot is taken exactly when the message's delivery commits, and
 waited for; it gives the row back when the handler's outcome is recorded. A holder's
 rows expire one lease duration after its last renewal, so a crashed worker's slots come
 back by themselves. Times are epoch ms by the database clock.
+
+``idle_since`` says, of a free row, since when it is free (per-key rows idle long are
+swept); of a held row, since when another worker waits for it (0: nobody does), which
+tells its holder to give it back rather than pass it on (see ``worker/handover.py``).
 """
 
 from __future__ import annotations
@@ -70,7 +74,36 @@ class LimitSlotManager(models.Manager["LimitSlot"]):
 
     def take(self, row_id: int, holder: str, held_for: str, expires_at: int, using: str) -> None:
         self.using(using).filter(id=row_id).update(holder=holder, held_for=held_for[:255],
-                                                   expires_at=expires_at)
+                                                   expires_at=expires_at, idle_since=0)
+
+    def want(self, scope: str, key: str, count: int, holder: str, now_ms: int,
+             using: str) -> int:
+        """Mark one slot below ``count`` of (scope, key) that another worker holds as
+        wanted since ``now_ms``, unless one is marked already: one slot changes hands at a
+        time, so a waiting worker takes one, not every slot of a holder."""
+        held = (self.using(using).filter(scope=scope, limit_key=key_digest(key), slot__lt=count)
+                .exclude(holder=""))
+        if held.filter(idle_since__gt=0).exists():
+            return 0
+        # Any one of them: over time each holder's turn comes alike.
+        row_id = held.exclude(holder=holder).order_by("?").values_list("id", flat=True).first()
+        if row_id is None:
+            return 0
+        return held.filter(id=row_id, idle_since=0).update(idle_since=now_ms)
+
+    def wanted(self, row_ids: Sequence[int], holder: str, using: str) -> list[int]:
+        """Which of ``holder``'s rows among ``row_ids`` another worker waits for."""
+        if not row_ids:
+            return []
+        return list(self.using(using).filter(id__in=list(row_ids), holder=holder,
+                                             idle_since__gt=0).values_list("id", flat=True))
+
+    def held(self, row_ids: Sequence[int], holder: str, using: str) -> list[int]:
+        """Which of ``row_ids`` ``holder`` still holds."""
+        if not row_ids:
+            return []
+        return list(self.using(using).filter(id__in=list(row_ids), holder=holder)
+                    .values_list("id", flat=True))
 
     def give_back(self, row_ids: Sequence[int], holder: str, now_ms: int, using: str) -> int:
         """Free ``holder``'s rows among ``row_ids`` (a row whose lease ran out and that

@@ -149,8 +149,17 @@ class Dispatcher:
         with self._lock:
             self._running_refs[ref] = self._running_refs.get(ref, 0) + 1
         start = functools.partial(self._queue, partition, generation, message)
-        if self.slots is None or not self.slots.defer(_delivery(partition, message), start):
+        drop = functools.partial(self._give_back, partition, generation, message)
+        if self.slots is None or not self.slots.defer(_delivery(partition, message), start,
+                                                       drop):
             start()
+
+    def _give_back(self, partition: Partition, generation: int, message: Message) -> None:
+        """A message waiting for a slot that will not come to it here (the slot went back
+        to the database): its delivery is undone, for a poll cycle to hand it out again."""
+        self.outcomes.put(NotStarted(partition, generation, message))
+        self._finished((partition.ident, message.offset))
+        self._wake.set()
 
     def _queue(self, partition: Partition, generation: int, message: Message) -> None:
         lane = (LIMITED if self.slots is not None
@@ -221,6 +230,14 @@ class Dispatcher:
             pool.shutdown(wait=wait, cancel_futures=True)
 
     def _run(self, partition: Partition, generation: int, message: Message) -> None:
+        if self.slots is not None and not self.slots.may_start(_delivery(partition, message)):
+            # A slot it holds may have lapsed (the worker was paused past its deadline) or
+            # was found another worker's: starting now could run more than max_running.
+            logger.info("not starting a handler under a limit slot this worker may no "
+                        "longer hold group=%s topic=%s partition=%s offset=%s",
+                        partition.group, partition.topic, partition.number, message.offset)
+            self.outcomes.put(NotStarted(partition, generation, message))
+            return
         if not partition.usable(generation):
             # The worker lost the partition, or may have (its lease was not renewed in time:
             # the process was paused, say). Its new owner delivers the message; if the

@@ -16,6 +16,15 @@ A worker keeps its slots while it has more work of their scope: a message denied
 is delivered anyway, to wait in the worker for one of the slots it holds, when fewer
 than two per slot wait (one ``max_running`` claim and no rate only); see :mod:`.handover`.
 
+Unless another worker waits for them: the slots rotate. A cycle that finds a limit full
+while it has messages of it marks one slot another worker holds as *wanted* (after its
+commit, at most every ``WANT_EVERY_MS``, and only while none is marked), and looks again every
+``WANT_RETRY_MS`` while it waits. The holders read which of their slots are wanted at
+most every ``WANTED_CHECK_MS``; a wanted slot held ``MIN_TENURE`` goes back to the
+database at its handler's end, and its holder leaves the scope alone for
+``HELD_RETRY_MS``, so the waiting worker takes it. Inside a worker, the partitions whose
+messages got a slot (or a place to wait) least recently go first.
+
 Handlers holding a slot of a scope's own ``max_running`` run on threads of their own (see
 :mod:`.dispatcher`), as many as the worker's concurrency: a worker takes no more such
 slots than that (``max_own``), so a slot is rarely held by a handler waiting for a thread,
@@ -31,6 +40,7 @@ from __future__ import annotations
 
 import logging
 import math
+import time
 from collections import defaultdict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -42,7 +52,7 @@ from ..consuming.message import Message
 from ..consuming.registry import Subscription
 from ..models import LimitBucket, LimitSlot
 from ..models.limit_buckets import Bucket
-from .handover import WAITING_PER_SLOT, LocalSlots, Ref, Scope, Slot
+from .handover import DEADLINE_MARGIN, WAITING_PER_SLOT, LocalSlots, Ref, Scope, Slot
 from .partitions import Ident, Partition
 from .window import Entry
 
@@ -63,6 +73,14 @@ SWEEP_INTERVAL_MS = 10_000
 ENSURE_AGAIN_MS = 10_000
 # Held messages remembered per scope to wake when a slot frees here (memory bound).
 MAX_REMEMBERED = 10_000
+# A worker waiting for slots others hold looks again this soon (ms): a slot given back
+# to it stays free about this long at most.
+WANT_RETRY_MS = 50
+# ... and marks them wanted at most this often (ms): a mark lasts until the slot changes
+# hands.
+WANT_EVERY_MS = 200
+# A worker holding slots reads which are wanted at most this often (ms).
+WANTED_CHECK_MS = 200
 
 
 @dataclass
@@ -107,7 +125,7 @@ class _State:
             self.taken_tokens += 1
         return row_id
 
-    def retry_at(self, claim: Claim, now_ms: int) -> int:
+    def retry_at(self, claim: Claim, now_ms: int, held_retry_ms: int = HELD_RETRY_MS) -> int:
         """When a message denied by this scope should be tried again."""
         due = now_ms
         if claim.rate is not None and (self.bucket is None or self.bucket.tokens < 1):
@@ -116,7 +134,7 @@ class _State:
             else:
                 due = now_ms + max(1, math.ceil((1 - self.bucket.tokens) / claim.rate.per_ms))
         if claim.max_running is not None and not any(s < claim.max_running for _, s in self.free):
-            due = max(due, now_ms + HELD_RETRY_MS)
+            due = max(due, now_ms + held_retry_ms)
         return due
 
 
@@ -147,7 +165,18 @@ class LimitGate:
         # Scopes whose slots were all taken at this worker's last try, and when (ms): until
         # HELD_RETRY_MS later, or a slot of it frees here, nothing of it is handed out.
         self._full_at: dict[str, int] = {}
+        # Scopes whose slots this worker waits for, and when it last marked them wanted (ms).
+        self._wanting: dict[Scope, int] = {}
+        self._next_wanted_check = 0
+        # When a message of each partition last got a slot or a place to wait (a counter):
+        # the partitions served least recently go first.
+        self._served: dict[Ident, int] = {}
+        self._serve_order = 0
         self._next_sweep = 0
+
+    def _retry_ms(self, scope: Scope) -> int:
+        """How soon a message held for ``scope``'s slots is tried again."""
+        return WANT_RETRY_MS if scope in self._wanting else HELD_RETRY_MS
 
     @property
     def running(self) -> int:
@@ -172,7 +201,8 @@ class LimitGate:
         when = now_ms
         if limits.max_running is not None:
             full_at = self._full_at.get(limits.scope)
-            recently_full = full_at is not None and now_ms - full_at < HELD_RETRY_MS
+            retry_ms = self._retry_ms((limits.scope, ""))
+            recently_full = full_at is not None and now_ms - full_at < retry_ms
             room = self.own_room()
             if recently_full:
                 takeable = 0
@@ -187,7 +217,7 @@ class LimitGate:
                 # holds all it may, after a while (a slot it frees wakes what it held
                 # back sooner: see release()).
                 looked = full_at if full_at is not None and recently_full and room != 0 else now_ms
-                when = max(when, looked + HELD_RETRY_MS)
+                when = max(when, looked + retry_ms)
         if limits.rate is not None:
             seen = self._tokens_seen.get((limits.scope, ""))
             if seen is None:
@@ -210,14 +240,19 @@ class LimitGate:
         """Give back the slots whose handler finished with no message waiting here for
         them, and make the messages held for scopes with a slot to be had due now: those
         given back, and those with room to wait here for a slot this worker holds."""
-        slots = self.local.returnable()
-        freed = {s.scope for s in slots}
+        self._check_wanted(now_ms)
+        slots, yielded = self.local.returnable()
+        freed = {s.scope for s in slots} - yielded
         if slots:
             ids = [s.row_id for s in slots]
             LimitSlot.objects.give_back(ids, self.token, now_ms, self.using)
             transaction.on_commit(lambda: self.local.returned(ids), using=self.using)
             for scope in freed:
                 self._full_at.pop(scope[0], None)
+            for name, _ in yielded:
+                # Given back for a worker waiting for it: not taken again here before that
+                # worker has looked (it looks every WANT_RETRY_MS).
+                self._full_at[name] = now_ms
         for scope in list(self._held):
             # As many as may wait here (the longest held first): the others would only be
             # read, held back and written as holds again.
@@ -231,9 +266,23 @@ class LimitGate:
             if not held:
                 del self._held[scope]
 
+    def _check_wanted(self, now_ms: int) -> None:
+        """Now and then, read which of the slots held here other workers wait for."""
+        if now_ms < self._next_wanted_check:
+            return
+        self._next_wanted_check = now_ms + WANTED_CHECK_MS
+        ids = self.local.row_ids()
+        self.local.want(LimitSlot.objects.wanted(ids, self.token, self.using) if ids else [])
+
     def admit(self, candidates: Sequence[Candidate], now_ms: int) -> list[Candidate]:
         """Take what ``candidates`` need; return those held back (not to be delivered now),
         each rescheduled in its partition."""
+        deadline = time.monotonic() + self.lease_ms / 1000 - DEADLINE_MARGIN
+        # The partitions served least recently first: a partition listed first in every
+        # cycle would otherwise take every slot and every place to wait.
+        candidates = sorted(candidates, key=lambda c: (
+            0 if c.partition.subscription.priority_of is not None
+            else self._served.get(c.partition.ident, 0)))
         claimed = []
         needs: dict[Scope, _Need] = defaultdict(_Need)
         for candidate in candidates:
@@ -273,7 +322,9 @@ class LimitGate:
                     if room is not None and room > 0:
                         room -= 1
                 rows = [(states[s].take(c), s) for s, c in zip(scopes, claims, strict=True)]
-                taken.append((candidate, [Slot(r, s) for r, s in rows if r is not None]))
+                taken.append((candidate, [Slot(r, s, deadline) for r, s in rows
+                                          if r is not None]))
+                self._serve(candidate)
                 for row_id, scope in rows:
                     if row_id is not None:
                         openings[scope] = self._openings(openings, scope) + WAITING_PER_SLOT
@@ -284,8 +335,10 @@ class LimitGate:
                 if openings[scope] > 0:
                     openings[scope] -= 1
                     to_wait[ref_of(candidate.partition, candidate.message)] = scope
+                    self._serve(candidate)
                     continue
-            due = max(states[s].retry_at(c, now_ms) for s, c in zip(scopes, claims, strict=True))
+            due = max(states[s].retry_at(c, now_ms, self._retry_ms(s))
+                      for s, c in zip(scopes, claims, strict=True))
             if not roomy:
                 due = max(due, now_ms + HELD_RETRY_MS)  # or when a slot frees here
             candidate.partition.hold_until(candidate.entry, due)
@@ -313,6 +366,12 @@ class LimitGate:
             transaction.on_commit(lambda: self.local.taken(committed, to_wait), using=self.using)
         return held
 
+    def _serve(self, candidate: Candidate) -> None:
+        self._serve_order += 1
+        self._served[candidate.partition.ident] = self._serve_order
+        if len(self._served) > MAX_REMEMBERED:
+            self._served.clear()
+
     def _openings(self, openings: dict[Scope, int], scope: Scope) -> int:
         found = openings.get(scope)
         return self.local.openings(scope) if found is None else found
@@ -326,7 +385,8 @@ class LimitGate:
         supplied then send no statement for the limit."""
         name, key = scope
         full_at = self._full_at.get(name)
-        if key or need.rate is not None or full_at is None or now_ms - full_at >= HELD_RETRY_MS:
+        if key or need.rate is not None or full_at is None or (
+                now_ms - full_at >= self._retry_ms(scope)):
             return False
         return all(_may_wait(claims) for _, claims in claimed
                    if any((c.scope, c.key) == scope for c in claims))
@@ -352,11 +412,33 @@ class LimitGate:
                     self._full_at[name] = now_ms
                 else:
                     self._full_at.pop(name, None)
+            self._note_waiting(scope, need, bool(state.free), now_ms)
         if need.rate is not None:
             state.bucket = LimitBucket.objects.lock(name, key, str(need.rate), need.rate.count,
                                                     need.rate.per_ms, now_ms, self.using)
             state.bucket_busy = state.bucket is None
         return state
+
+    def _note_waiting(self, scope: Scope, need: _Need, got: bool, now_ms: int) -> None:
+        """After a look at ``scope``'s free slots: a worker that found none and holds none
+        of its own waits for the others' (and marks them wanted); one that found some no
+        longer waits."""
+        if got or self.local.holds(scope):
+            self._wanting.pop(scope, None)
+            return
+        if len(self._wanting) > MAX_REMEMBERED:
+            self._wanting.clear()  # per-key scopes no longer seen: marked again if need be
+        marked = self._wanting.get(scope)
+        self._wanting[scope] = marked if marked is not None else now_ms - WANT_EVERY_MS
+        if now_ms - self._wanting[scope] < WANT_EVERY_MS:
+            return
+        self._wanting[scope] = now_ms
+        name, key = scope
+        # After the cycle commits, on its own: the UPDATE may wait for a holder's short
+        # transaction, and must not while this cycle holds its rows.
+        transaction.on_commit(
+            lambda: LimitSlot.objects.want(name, key, need.max_running, self.token, now_ms,
+                                           self.using), using=self.using)
 
     # ------------------------------------------------------------------ with the renewals
 
@@ -365,7 +447,21 @@ class LimitGate:
         per-key rows of keys idle for a while (its own transaction each)."""
         ids = self.local.row_ids()
         if ids:
-            LimitSlot.objects.renew(ids, self.token, now_ms + self.lease_ms, self.using)
+            # Confirmed rows are surely this worker's until this moment plus a lease: taken
+            # before the renewal was sent, so a slow round trip only shortens it.
+            renewing_at = time.monotonic()
+            renewed = LimitSlot.objects.renew(ids, self.token, now_ms + self.lease_ms,
+                                              self.using)
+            kept = ids if renewed == len(ids) else LimitSlot.objects.held(ids, self.token,
+                                                                           self.using)
+            lost = set(ids) - set(kept)
+            if lost:
+                # Its lease ran out and another worker took it (the worker was paused, or
+                # cut off): nothing more starts under it here.
+                logger.warning("limit slots lost to another worker, not used any more "
+                               "rows=%s", sorted(lost))
+                self.local.lose(lost)
+            self.local.renewed(kept, renewing_at + self.lease_ms / 1000 - DEADLINE_MARGIN)
         if now_ms >= self._next_sweep:
             self._next_sweep = now_ms + SWEEP_INTERVAL_MS
             LimitSlot.objects.sweep(now_ms - KEY_IDLE_MS, self.using)

@@ -177,3 +177,10 @@ def fails_with_text(label: str, codepoints: list[int], repeat: int = 1) -> None:
     """Raises a ValueError whose message is the characters ``codepoints`` name."""
     record(label)
     raise ValueError("".join(map(chr, codepoints)) * repeat)
+
+
+@task
+@task_options(concurrency_key="ledger:{ledger}", max_running=1)
+def post_to_ledger(ledger: int, log: str, sleep: float = 0.2) -> None:
+    """One at a time per ledger, whichever queue it was enqueued on."""
+    _log_run(log, f"ledger:{ledger}", sleep)
