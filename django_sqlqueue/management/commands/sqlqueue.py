@@ -13,11 +13,17 @@ from argparse import ArgumentParser
 from typing import Any, NoReturn
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
-from django.db import connections
+from django.db import DatabaseError, connections
 
 from django_sqlqueue import operations as ops
 from django_sqlqueue.cancelling import cancel
 from django_sqlqueue.conf import MAX_PARTITIONS, get_settings
+from django_sqlqueue.db.schema_state import (
+    NotMigrated,
+    check_migrated,
+    is_missing_schema,
+    not_migrated_line,
+)
 from django_sqlqueue.exceptions import TopicNotDrained
 from django_sqlqueue.groups import GroupInUse, UnknownGroup
 from django_sqlqueue.management import tables
@@ -50,6 +56,7 @@ SUBCOMMANDS = {
 SCHEDULE_ACTIONS = ("list", "pause", "resume", "run-now")
 UNHEALTHY = 1  # exit status of a failed health check
 NOT_CANCELLED = 1  # exit status of a cancel that found the message started for some group
+NOT_MIGRATED = 1  # exit status when the queue tables are missing or behind the migrations
 MAX_INDENT = 16  # spaces per level for stats --json --indent
 
 
@@ -86,10 +93,18 @@ class Command(BaseCommand):
         if options["database"] not in connections:
             raise CommandError(f"unknown database alias {options['database']!r}",
                                returncode=USAGE_ERROR)
+        using = options["database"]
         try:
+            check_migrated(using)
             getattr(self, f"handle_{options['subcommand'].replace('-', '_')}")(options)
         except (ops.OperationError, GroupInUse, UnknownGroup) as exc:
             raise CommandError(str(exc), returncode=USAGE_ERROR) from exc
+        except NotMigrated as exc:
+            raise CommandError(exc.line, returncode=NOT_MIGRATED) from exc
+        except DatabaseError as exc:
+            if not is_missing_schema(exc):
+                raise
+            raise CommandError(not_migrated_line(using), returncode=NOT_MIGRATED) from exc
 
     # ----------------------------------------------------------------- stats
 
