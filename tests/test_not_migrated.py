@@ -21,13 +21,13 @@ from django.db.migrations.executor import MigrationExecutor
 from django.test import Client
 from django.urls import reverse
 
-from django_sqlqueue.db.schema_state import APP_LABEL
 from tests import launcher_client
 from tests.worker_harness import REPO_ROOT, wait_until, worker_env, worker_pool
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.worker]
 
 MIGRATE = "python manage.py migrate"
+APP_LABEL = "django_sqlqueue"
 
 
 @pytest.fixture
@@ -54,7 +54,7 @@ def empty_database(tmp_path: Path) -> Iterator[str]:
             cursor.execute(f"DROP DATABASE IF EXISTS {quoted}")
 
 
-def run_on(database: str, *args: str, timeout: float = 60.0) -> subprocess.CompletedProcess[str]:
+def run_on(database: str, *args: str, timeout: float = 30.0) -> subprocess.CompletedProcess[str]:
     """``manage.py <args>`` against ``database`` (a database name, or a SQLite file)."""
     env = {**worker_env(), "SQLQUEUE_TEST_DB_NAME": database}
     return launcher_client.run([sys.executable, "-m", "django", *args], cwd=REPO_ROOT, env=env,
