@@ -261,7 +261,7 @@ class Worker:
         self._note_new_messages(head)
         held = list(self.partitions.values())
         full = False
-        delivered = 0
+        delivered = 0  # deliveries and recorded outcomes of this poll's cycles
         if (self._pending or attention.cycle_wanted(held, now_ms)
                 or attention.extension_due(held, now_ms, self._may_extend)):
             waited = False
@@ -273,7 +273,10 @@ class Worker:
                 result = self._cycle(batch)
                 if isinstance(result, CycleResult):
                     full = full or result.full
-                    delivered += len(result.deliveries)
+                    # What a cycle records may publish (a dead-letter copy) to a topic this
+                    # worker consumes: a burst ends only after a poll that sees it.
+                    delivered += len(result.deliveries) + len(result.done) + sum(
+                        len(r.dead_on_fetch) for r in result.reports.values())
                 else:
                     waited = waited or result
         self.leasing.release_drained(self._awaited, self._pending_idents)
