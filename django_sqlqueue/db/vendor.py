@@ -232,9 +232,11 @@ def distinct_leading_sql(connection: Vendored, table: str, column: str) -> str:
     c = quote(connection, column)
     if connection.vendor == "mysql":
         return f"SELECT DISTINCT {c} FROM {q} ORDER BY {c} LIMIT %s"  # noqa: S608 - names quoted
+    # ORDER BY ... LIMIT 1, not MIN(): SQLite seeks for MIN() only in a query of its own.
     return (
-        f"WITH RECURSIVE distinct_values (v) AS (SELECT MIN({c}) FROM {q} "  # noqa: S608 - names quoted
-        f"UNION ALL SELECT (SELECT MIN({c}) FROM {q} WHERE {c} > d.v) "
+        f"WITH RECURSIVE distinct_values (v) AS ("  # noqa: S608 - names quoted
+        f"SELECT (SELECT {c} FROM {q} ORDER BY {c} LIMIT 1) "
+        f"UNION ALL SELECT (SELECT {c} FROM {q} WHERE {c} > d.v ORDER BY {c} LIMIT 1) "
         f"FROM distinct_values d WHERE d.v IS NOT NULL) "
         f"SELECT v FROM distinct_values WHERE v IS NOT NULL LIMIT %s"
     )
