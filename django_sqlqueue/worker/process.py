@@ -154,7 +154,8 @@ class Worker:
     # ------------------------------------------------------------------ running
 
     def run(self) -> int:
-        """Poll until stopped (or, with burst, until nothing is deliverable); return 0."""
+        """Poll until stopped (or, with burst, until nothing is left to do); return the exit
+        status: 0, or why it stopped early (see ``exit_reason``)."""
         log_start(self)
         with stop_on_signals(self.stop, self.conf.shutdown_grace):
             while self._seen_head is None and not self.stopping.is_set():
