@@ -121,7 +121,7 @@ def test_two_settled_workers_do_not_rebalance_again_and_again(workers):
                 what="an even split", watch=[a, b])
     generations = dict(PartitionLease.objects.filter(topic="manykeys")
                        .values_list("partition_key", "generation"))
-    taken = a.stderr.count("lease acquired") + b.stderr.count("lease acquired")
+    taken = a.stderr.count("leases acquired") + b.stderr.count("leases acquired")
     # Six renew intervals of steady state with work flowing: leases renewed, none moved.
     sqlqueue.publish_many("manykeys", [{"payload": {"n": n}, "key": f"j{n}"} for n in range(200)])
     wait_until(lambda: all_acked("bulk", "manykeys"), timeout=60, what="the new messages acked",
@@ -130,4 +130,4 @@ def test_two_settled_workers_do_not_rebalance_again_and_again(workers):
                 what="the split holding", watch=[a, b])
     assert dict(PartitionLease.objects.filter(topic="manykeys")
                 .values_list("partition_key", "generation")) == generations
-    assert a.stderr.count("lease acquired") + b.stderr.count("lease acquired") == taken
+    assert a.stderr.count("leases acquired") + b.stderr.count("leases acquired") == taken

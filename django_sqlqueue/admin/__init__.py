@@ -5,3 +5,6 @@ Imported by ``django.contrib.admin``'s autodiscovery; nothing to register by han
 """
 
 from . import dead_letters, messages, overview, pages, schedules  # noqa: F401  (register their ModelAdmins)
+from .schema_guard import guard_admin_pages
+
+guard_admin_pages()  # before migrate: one line naming manage.py migrate, not a 500

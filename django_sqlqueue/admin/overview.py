@@ -75,6 +75,8 @@ class OverviewAdmin(PageAdmin):
             "key_slots_running": row.key_slots_running,
             "keyed_buckets": row.keyed_buckets,
         } for row in operations.limits_overview(using)]
+        for unclaimed in operations.unclaimed_topics(using=using):
+            messages.warning(request, unclaimed.line)  # listed nowhere else on this page
         return {
             "rows": rows,
             "limits": limits,

@@ -222,6 +222,26 @@ def correlated_ranges(connection: Vendored) -> bool:
     return connection.vendor != "mysql"
 
 
+def distinct_leading_sql(connection: Vendored, table: str, column: str) -> str:
+    """SQL for the distinct values of ``column``, the leading column of an index of
+    ``table``, in order, up to a LIMIT given as its one parameter: one index seek per
+    value, however many rows share each. MariaDB/MySQL do that for DISTINCT (a loose index
+    scan); PostgreSQL and SQLite would read the whole index, so they step from one value to
+    the next with a recursive query."""
+    q = quote(connection, table)
+    c = quote(connection, column)
+    if connection.vendor == "mysql":
+        return f"SELECT DISTINCT {c} FROM {q} ORDER BY {c} LIMIT %s"  # noqa: S608 - names quoted
+    # ORDER BY ... LIMIT 1, not MIN(): SQLite seeks for MIN() only in a query of its own.
+    return (
+        f"WITH RECURSIVE distinct_values (v) AS ("  # noqa: S608 - names quoted
+        f"SELECT (SELECT {c} FROM {q} ORDER BY {c} LIMIT 1) "
+        f"UNION ALL SELECT (SELECT {c} FROM {q} WHERE {c} > d.v ORDER BY {c} LIMIT 1) "
+        f"FROM distinct_values d WHERE d.v IS NOT NULL) "
+        f"SELECT v FROM distinct_values WHERE v IS NOT NULL LIMIT %s"
+    )
+
+
 @contextmanager
 def without_jit(connection: BaseDatabaseWrapper) -> Iterator[None]:
     """Run the block's statements without PostgreSQL's JIT compiler (a no-op elsewhere).

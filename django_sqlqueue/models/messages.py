@@ -144,6 +144,11 @@ class QueueMessageManager(models.Manager["QueueMessage"]):
             waiting[topic] = (count + 1, min(oldest, int(published_at)))
         return waiting
 
+    def topics(self, cap: int, using: str) -> list[str]:
+        """Topics that have messages in the log, in name order, up to ``cap`` (an index
+        seek per topic, not a scan of the log)."""
+        return message_reads.topics(django_connection(using), cap)
+
     # ----------------------------------------------------------------- reading
 
     def partition_heads(

@@ -185,6 +185,52 @@ def any_keyed(group: str, topic: str, partition: str, using: str) -> bool:
     return bool(rows)
 
 
+def next_retry(group: str, topic: str, partitions: Sequence[str], before_ms: int,
+               using: str) -> int | None:
+    """The earliest due time, up to ``before_ms``, of a parked message of ``partitions``
+    that was delivered before (a retry waiting out its backoff); None when there is none.
+    A range of the parked-row index per partition, up to ``before_ms``."""
+    connection = connections[using]
+    q = sqlb.quoter(connection)
+    earliest: int | None = None
+    for batch in sqlb.chunks(list(partitions), 500):
+        rows = sqlb.fetch_all(
+            connection,
+            f"SELECT MIN({q('invisible_until')}) FROM {q('queue_delivery_state')} "  # noqa: S608 - names quoted, values bound
+            f"WHERE {q('parked')} = {PARKED_DUE} AND {q('consumer_group')} = %s "
+            f"AND {q('topic')} = %s AND {q('partition_key')} IN ({sqlb.placeholders(len(batch))}) "
+            f"AND {q('acked')} = {vendor.false_sql(connection)} "
+            f"AND {q('invisible_until')} <= %s AND {q('retry_count')} <> {NEVER_DELIVERED}",
+            [group, topic, *batch, before_ms],
+        )
+        if rows and rows[0][0] is not None:
+            due = int(rows[0][0])
+            earliest = due if earliest is None else min(earliest, due)
+    return earliest
+
+
+def count_parked(group: str, topic: str, partitions: Sequence[str], cap: int,
+                 using: str) -> int:
+    """Unacked parked messages of ``partitions`` (delayed, or backing off), up to ``cap``."""
+    connection = connections[using]
+    q = sqlb.quoter(connection)
+    total = 0
+    for batch in sqlb.chunks(list(partitions), 500):
+        rows = sqlb.fetch_all(
+            connection,
+            f"SELECT COUNT(*) FROM (SELECT 1 AS one FROM {q('queue_delivery_state')} "  # noqa: S608 - names quoted, values bound
+            f"WHERE {q('parked')} IN ({PARKED_DUE}, {PARKED_BEHIND}) "
+            f"AND {q('consumer_group')} = %s AND {q('topic')} = %s "
+            f"AND {q('partition_key')} IN ({sqlb.placeholders(len(batch))}) "
+            f"AND {q('acked')} = {vendor.false_sql(connection)} LIMIT %s) AS capped",
+            [group, topic, *batch, cap - total],
+        )
+        total += int(rows[0][0])
+        if total >= cap:
+            break
+    return total
+
+
 # ----------------------------------------------------------------- garbage collection
 
 def settled(topic: str, groups: Sequence[str], partitions: Sequence[str], limit: int,

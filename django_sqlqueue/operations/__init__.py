@@ -36,6 +36,7 @@ from .schedules import (
     run_now,
 )
 from .stats import Health, SubscriptionStats, health, overview
+from .topics import UnclaimedTopic, has_messages, silent_topics, unclaimed_topics
 
 __all__ = [
     "AlreadyHandled",
@@ -52,6 +53,7 @@ __all__ = [
     "Replayed",
     "ScheduleRow",
     "SubscriptionStats",
+    "UnclaimedTopic",
     "UnknownMessage",
     "UnknownSchedule",
     "UnknownSubscriber",
@@ -60,6 +62,7 @@ __all__ = [
     "deliver_now",
     "discard",
     "forget",
+    "has_messages",
     "health",
     "limits_overview",
     "list_schedules",
@@ -73,4 +76,6 @@ __all__ = [
     "run_now",
     "run_gc",
     "sample",
+    "silent_topics",
+    "unclaimed_topics",
 ]

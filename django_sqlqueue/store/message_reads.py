@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from typing import Any, NamedTuple
 
 from ..db import sql as sqlb
+from ..db import vendor as db_vendor
 from .connection import Connection
 from .messages import MessageRow, message_row, select_columns
 
@@ -37,6 +38,13 @@ def partition_heads(conn: Connection, after_position: int, up_to_position: int,
         [after_position, up_to_position, *topics],
     )
     return [(r[0], r[1], int(r[2])) for r in rows]
+
+
+def topics(conn: Connection, cap: int) -> list[str]:
+    """The topics that have messages in the log (dead-letter topics included), in name
+    order, up to ``cap``: one seek of the queue_msg_partition index per topic."""
+    sql = db_vendor.distinct_leading_sql(conn, "queue_messages", "topic")
+    return [str(row[0]) for row in conn.fetch_all(sql, [cap])]
 
 
 def by_offsets(conn: Connection, offsets: Sequence[int]) -> dict[int, MessageRow]:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 
+from ..conf import get_settings
 from ..consuming.backoff import retry_delay
 from ..consuming.message import Message
 from ..exceptions import DeadLetter, Retry
@@ -46,9 +47,10 @@ def failed(partition: Partition, generation: int, message: Message, error: str,
     error = storable_error(error)
     if message.attempt >= subscription.max_attempts:
         logger.warning(
-            "handler failed, giving up topic=%s group=%s key=%s offset=%s attempt=%s error=%s",
-            message.topic, message.group, loggable(message.key), message.offset,
-            message.attempt, loggable(error),
+            "handler failed, giving up: dead-lettered to dead_letter_topic=%s topic=%s "
+            "group=%s key=%s offset=%s attempt=%s error=%s",
+            message.topic + get_settings().dlq_suffix, message.topic, message.group,
+            loggable(message.key), message.offset, message.attempt, loggable(error),
         )
         return DeadLettered(partition, generation, message, error=error)
     logger.info(

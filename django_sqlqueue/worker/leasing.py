@@ -21,6 +21,7 @@ from django.db import transaction
 
 from ..cancelling import skip_cancelled
 from ..consuming.registry import Subscription
+from ..logtext import number_ranges
 from ..models import ConsumerOffset, PartitionLease, SubscriberHeartbeat, Topic
 from ..partitioning import partition_names
 from ..sequencing import partition_counts, record_configured_topics
@@ -139,7 +140,9 @@ class Leasing:
                 continue
             new = self._take(subscription, want, now_ms)
             taken += new
-            claimable_left = claimable_left or len(new) == want
+            # Once at its share a worker claims no more: the rest is the other workers'.
+            # Only without a share (no live count) may more be left to claim.
+            claimable_left = claimable_left or (share is None and len(new) == want)
         self.nothing_claimable = not claimable_left
         return taken
 
@@ -181,6 +184,7 @@ class Leasing:
             partition.lost = True
             if self.partitions.get(partition.ident) is partition:
                 del self.partitions[partition.ident]
+                # One line per lease: losing one is rare, and each says which generation.
                 logger.warning(
                     "lease lost group=%s topic=%s partition=%s generation=%s",
                     partition.group, partition.topic, partition.number, partition.generation,
@@ -261,12 +265,14 @@ class Leasing:
             key=lambda p: int(p.number),
         )
         partitions, workers = self.last_counts.get((subscription.group, subscription.topic), (0, 0))
-        for partition in held[share:]:
+        excess = held[share:]
+        for partition in excess:
             partition.draining = True
+        if excess:
             logger.info(
-                "rebalancing: releasing group=%s topic=%s partition=%s share=%s partitions=%s "
-                "workers=%s", partition.group, partition.topic, partition.number, share,
-                partitions, workers,
+                "rebalancing: releasing group=%s topic=%s partitions=%s share=%s of=%s "
+                "workers=%s", subscription.group, subscription.topic,
+                number_ranges(p.number for p in excess), share, partitions, workers,
             )
 
     def _take(self, subscription: Subscription, want: int, now_ms: int) -> list[Partition]:
@@ -299,8 +305,7 @@ class Leasing:
                                   valid_until=taking_at + self.lease_seconds)
             self.partitions[partition.ident] = partition
             taken.append(partition)
-            logger.info("lease acquired group=%s topic=%s partition=%s generation=%s",
-                        group, topic, number, partition.generation)
+        _log_per_subscription(logging.INFO, "leases acquired", taken)
         return taken
 
     def _release(self, partitions: list[Partition]) -> None:
@@ -315,5 +320,16 @@ class Leasing:
         for partition in partitions:
             partition.lost = True
             self.partitions.pop(partition.ident, None)
-            logger.info("lease released group=%s topic=%s partition=%s",
-                        partition.group, partition.topic, partition.number)
+        _log_per_subscription(logging.INFO, "leases released", partitions)
+
+
+def _log_per_subscription(level: int, what: str, partitions: list[Partition]) -> None:
+    """One line per (group, topic) naming its partitions as numeric runs (``0-3,7``),
+    not one line per lease: a worker starting on 80 partitions logs a few lines."""
+    by_subscription: dict[tuple[str, str], list[str]] = {}
+    for partition in partitions:
+        by_subscription.setdefault((partition.group, partition.topic), []).append(
+            partition.number)
+    for (group, topic), numbers in sorted(by_subscription.items()):
+        logger.log(level, "%s group=%s topic=%s partitions=%s count=%s", what, group, topic,
+                   number_ranges(numbers), len(numbers))

@@ -27,12 +27,15 @@ from ..consuming.message import Message
 from ..consuming.registry import Subscription
 from ..db import notify
 from ..db.errors import is_disconnect, is_transient
+from ..db.schema_state import is_missing_schema, not_migrated_line
 from ..db.vendor import has_row_locks
 from ..logtext import loggable
 from ..models import GroupControl, LogSequencer
 from ..models.fields import SUBSCRIBER_NAME_LENGTH
 from . import attention
 from .arrivals import note_new_messages, sequence_backlog
+from .burst import REMAINING_CAP as BURST_REMAINING_CAP
+from .burst import Burst
 from .clock import DatabaseClock
 from .collector import GarbageCollector
 from .controls import Controls
@@ -42,6 +45,7 @@ from .faults import FaultBackoff
 from .interrupts import stop_on_signals
 from .isolation import Batch, Isolation
 from .leasing import Leasing
+from .lifecycle_log import log_start
 from .limits import LimitGate
 from .outcomes import Outcome
 from .partitions import Ident, Partition
@@ -134,8 +138,10 @@ class Worker:
         self.scheduler = Scheduler(using) if schedules else None
         self.listener: Listener | None = None
         self._retried_busy = False  # the last poll was an early one after a busy sequencer
+        self.bursting = Burst(using)  # when a burst worker is done
         self.startup = Startup(self.name, using, self.leasing, self.session, self.clock,
-                               conf.lease_duration + conf.renew_interval)
+                               conf.lease_duration + conf.renew_interval,
+                               wait_for_migrate=not burst)
         self.cycles = 0  # poll cycles run, and the longest one (seconds), logged at stop
         self.longest_cycle = 0.0
         self.exit_code = 0
@@ -148,12 +154,10 @@ class Worker:
     # ------------------------------------------------------------------ running
 
     def run(self) -> int:
-        """Poll until stopped (or, with burst, until nothing is deliverable); return 0."""
-        logger.info(
-            "worker started name=%s subscriptions=%s",
-            self.name, ",".join(f"{s.topic}:{s.group}" for s in self.subscriptions),
-        )
-        with stop_on_signals(self.stop):
+        """Poll until stopped (or, with burst, until nothing is left to do); return the exit
+        status: 0, or why it stopped early (see ``exit_reason``)."""
+        log_start(self)
+        with stop_on_signals(self.stop, self.conf.shutdown_grace):
             while self._seen_head is None and not self.stopping.is_set():
                 delay = self._step("start", self._start)
                 self.wake.wait(self.faults_delay if delay is None else delay)
@@ -202,7 +206,7 @@ class Worker:
         delay = self.startup.attempt()
         if self.startup.refusal:
             self.exit_reason = self.startup.refusal
-            self.exit_code = 2
+            self.exit_code = self.startup.refusal_status
             self.stop()
         self._seen_head = self.startup.head
         return delay
@@ -215,6 +219,17 @@ class Worker:
         try:
             value = fn()
         except Exception as exc:  # noqa: BLE001 - the worker must outlive database faults
+            if is_missing_schema(exc):
+                # A queue table or column is missing: one line naming manage.py migrate,
+                # no traceback; a burst worker exits with it.
+                with contextlib.suppress(Exception):
+                    connections[self.using].close()
+                self.faults_delay = self.startup.not_migrated(not_migrated_line(self.using))
+                if self.startup.refusal and not self.exit_code:
+                    self.exit_reason = self.startup.refusal
+                    self.exit_code = self.startup.refusal_status
+                    self.stop()
+                return None
             self.faults_delay = self.faults.failed(name, exc)
             return None
         self.faults.succeeded()
@@ -247,7 +262,7 @@ class Worker:
         self._note_new_messages(head)
         held = list(self.partitions.values())
         full = False
-        delivered = 0
+        delivered = 0  # deliveries and recorded outcomes of this poll's cycles
         if (self._pending or attention.cycle_wanted(held, now_ms)
                 or attention.extension_due(held, now_ms, self._may_extend)):
             waited = False
@@ -259,12 +274,17 @@ class Worker:
                 result = self._cycle(batch)
                 if isinstance(result, CycleResult):
                     full = full or result.full
-                    delivered += len(result.deliveries)
+                    # What a cycle records may publish (a dead-letter copy) to a topic this
+                    # worker consumes: a burst ends only after a poll that sees it.
+                    delivered += len(result.deliveries) + len(result.done) + sum(
+                        len(r.dead_on_fetch) for r in result.reports.values())
                 else:
                     waited = waited or result
         self.leasing.release_drained(self._awaited, self._pending_idents)
         if self.burst and not self.stopping.is_set() and self._burst_done(delivered, pending):
-            logger.info("burst finished: nothing deliverable name=%s", self.name)
+            remaining = self.bursting.remaining(self.partitions.values())
+            logger.info("burst finished: nothing left to do name=%s delayed=%s%s", self.name,
+                        remaining, "+" if remaining >= BURST_REMAINING_CAP else "")
             self.stop()
         if full:
             return 0.0
@@ -416,8 +436,8 @@ class Worker:
         return (
             delivered == 0 and not pending and not self._pending
             and self.dispatcher.busy == 0
-            and attention.nothing_left(self.partitions.values(), self.clock.now_ms())
             and self.leasing.nothing_claimable
+            and self.bursting.done(self.partitions.values(), self.clock.now_ms())
         )
 
     # ------------------------------------------------------------------ stopping

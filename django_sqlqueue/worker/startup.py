@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 import time
 
+from ..db.schema_state import migrate_line
 from ..models import LogSequencer
 from .clock import DatabaseClock
 from .leasing import Leasing
@@ -19,11 +20,14 @@ from .session import SessionBounds
 logger = logging.getLogger("django_sqlqueue.worker")
 
 NAME_RETRY = 0.5  # seconds between looks at whether a previous worker's name came free
+MIGRATE_RETRY = 2.0  # seconds between looks at whether the migrations were applied
+MIGRATE_LOG_EVERY = 60.0  # seconds between two "not migrated" lines of a waiting worker
+NOT_MIGRATED_STATUS = 1  # exit status of a burst worker on a database not migrated
 
 
 class Startup:
     def __init__(self, name: str, using: str, leasing: Leasing, session: SessionBounds,
-                 clock: DatabaseClock, name_wait: float) -> None:
+                 clock: DatabaseClock, name_wait: float, wait_for_migrate: bool = True) -> None:
         self.name = name
         self.using = using
         self.leasing = leasing
@@ -32,12 +36,22 @@ class Startup:
         self.name_wait = name_wait  # seconds a previous worker's lease may take to expire
         self.head: int | None = None  # the log head it started at; None until started
         self.refusal = ""  # why it refused to start; '' unless it did
+        self.refusal_status = 2  # the exit status that goes with it
+        # Wait (saying so once a minute) for `manage.py migrate`, or refuse at once.
+        self.wait_for_migrate = wait_for_migrate
+        self.migrated = False
         self._name_deadline: float | None = None
+        self._next_migrate_line = 0.0
 
     def attempt(self) -> float:
         """Check the name is free, note the log head, record the topics' partition counts
         and create their lease rows. Returns 0 once started (or refused), else seconds
         until the next try."""
+        if not self.migrated:
+            line = migrate_line(self.using)
+            if line is not None:
+                return self.not_migrated(line)
+            self.migrated = True
         self.session.ensure()
         head, _, db_now = LogSequencer.objects.head(self.using)
         self.clock.sync(db_now)
@@ -46,6 +60,19 @@ class Startup:
         self.leasing.prepare()
         self.head = head
         return 0.0
+
+    def not_migrated(self, line: str) -> float:
+        """The queue tables are missing or behind: refuse (burst), or say so once a minute
+        and look again in MIGRATE_RETRY seconds."""
+        if not self.wait_for_migrate:
+            self.refusal, self.refusal_status = line, NOT_MIGRATED_STATUS
+            return 0.0
+        now = time.monotonic()
+        if now >= self._next_migrate_line:
+            self._next_migrate_line = now + MIGRATE_LOG_EVERY
+            logger.warning("%s; waiting for it (checking every %.0fs)", line, MIGRATE_RETRY)
+        self.migrated = False
+        return MIGRATE_RETRY
 
     def _name_taken(self) -> float:
         """Wait for a previous worker of this name (restarted after a crash) to go stale,

@@ -13,12 +13,19 @@ from argparse import ArgumentParser
 from typing import Any, NoReturn
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
-from django.db import connections
+from django.db import DatabaseError, connections
 
 from django_sqlqueue import operations as ops
 from django_sqlqueue.cancelling import cancel
 from django_sqlqueue.conf import MAX_PARTITIONS, get_settings
-from django_sqlqueue.exceptions import TopicNotDrained
+from django_sqlqueue.consuming.registry import autodiscover, subscriptions
+from django_sqlqueue.db.schema_state import (
+    NotMigrated,
+    check_migrated,
+    is_missing_schema,
+    not_migrated_line,
+)
+from django_sqlqueue.exceptions import ConfigurationError, TopicNotDrained
 from django_sqlqueue.groups import GroupInUse, UnknownGroup
 from django_sqlqueue.management import tables
 from django_sqlqueue.management.progress import ProgressBar
@@ -50,6 +57,7 @@ SUBCOMMANDS = {
 SCHEDULE_ACTIONS = ("list", "pause", "resume", "run-now")
 UNHEALTHY = 1  # exit status of a failed health check
 NOT_CANCELLED = 1  # exit status of a cancel that found the message started for some group
+NOT_MIGRATED = 1  # exit status when the queue tables are missing or behind the migrations
 MAX_INDENT = 16  # spaces per level for stats --json --indent
 
 
@@ -86,10 +94,18 @@ class Command(BaseCommand):
         if options["database"] not in connections:
             raise CommandError(f"unknown database alias {options['database']!r}",
                                returncode=USAGE_ERROR)
+        using = options["database"]
         try:
+            check_migrated(using)
             getattr(self, f"handle_{options['subcommand'].replace('-', '_')}")(options)
         except (ops.OperationError, GroupInUse, UnknownGroup) as exc:
             raise CommandError(str(exc), returncode=USAGE_ERROR) from exc
+        except NotMigrated as exc:
+            raise CommandError(exc.line, returncode=NOT_MIGRATED) from exc
+        except DatabaseError as exc:
+            if not is_missing_schema(exc):
+                raise
+            raise CommandError(not_migrated_line(using), returncode=NOT_MIGRATED) from exc
 
     # ----------------------------------------------------------------- stats
 
@@ -116,8 +132,12 @@ class Command(BaseCommand):
                 tables.write_json_lines(self.stdout.write, objects)
             return
         tables.write_overview(self.stdout.write, rows)
-        if not rows:
+        unclaimed = ([] if options["group"] is not None else
+                     ops.unclaimed_topics(topic=options["topic"], using=options["database"]))
+        if not rows and not unclaimed:
             self.stdout.write("no consumer group is registered")
+        for topic in unclaimed:
+            self.stdout.write(topic.line)
 
     # ----------------------------------------------------------------- limits
 
@@ -141,15 +161,27 @@ class Command(BaseCommand):
         parser.add_argument("--group", default=None, help="Only this consumer group.")
         parser.add_argument("--max-age", default=None, metavar="S",
                             help="Fail when a message has been pending longer (seconds).")
+        parser.add_argument("--strict", action="store_true",
+                            help="Also fail when a topic has messages and no consumer group, "
+                                 "or a @subscriber's topic has never had a message (a typo).")
 
     def handle_health(self, options: dict[str, Any]) -> None:
         max_age = None
         if options["max_age"] is not None:
             max_age = positive_seconds("--max-age", options["max_age"])
-        report = ops.health(group=options["group"], max_age=max_age, using=options["database"])
+        using = options["database"]
+        report = ops.health(group=options["group"], max_age=max_age, using=using)
+        notes = ([] if options["group"] is not None else
+                 [topic.line for topic in ops.unclaimed_topics(using=using)])
+        if options["strict"]:
+            notes += [f"@subscriber topic {topic!r} has never had a message (a typo of a "
+                      "published topic?)" for topic in ops.silent_topics(_subscribed_topics(),
+                                                                         using)]
         if not report.ok:
-            raise CommandError(report.line, returncode=UNHEALTHY)
-        self.stdout.write(report.line)
+            raise CommandError("; ".join([report.line, *notes]), returncode=UNHEALTHY)
+        if notes and options["strict"]:
+            raise CommandError("unhealthy: " + "; ".join(notes), returncode=UNHEALTHY)
+        self.stdout.write("; ".join([report.line, *notes]))
 
     # ----------------------------------------------------------------- dead letters
 
@@ -286,7 +318,8 @@ class Command(BaseCommand):
         topic, group = options.get("topic"), options.get("group")
         if topic is not None and not (
                 Topic.objects.using(using).filter(topic=topic).exists()
-                or ConsumerOffset.objects.using(using).filter(topic=topic).exists()):
+                or ConsumerOffset.objects.using(using).filter(topic=topic).exists()
+                or ops.has_messages(topic, using)):  # published, no worker has seen it yet
             raise CommandError(f"unknown topic {topic!r}", returncode=USAGE_ERROR)
         if group is not None and not (
                 ConsumerOffset.objects.using(using).filter(consumer_group=group).exists()
@@ -380,6 +413,15 @@ class Command(BaseCommand):
             self.stdout.write("no schedule is defined")
             return
         tables.write_schedules(self.stdout.write, rows)
+
+
+def _subscribed_topics() -> set[str]:
+    """The topics of this project's @subscriber handlers (task queues left out)."""
+    try:
+        autodiscover()
+    except ConfigurationError as exc:
+        raise CommandError(str(exc)) from exc
+    return {s.topic for s in subscriptions()}
 
 
 def _dead_letter_arguments(parser: ArgumentParser) -> None:
