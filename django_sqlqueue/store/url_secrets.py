@@ -12,8 +12,6 @@ from __future__ import annotations
 import re
 from urllib.parse import quote, unquote
 
-import environ
-
 HIDDEN = "***"
 # scheme://user:password@rest, the password running to the last "@".
 _USERINFO = re.compile(r"(?P<head>[A-Za-z][A-Za-z0-9+.-]*://[^:/?#@]*):(?P<password>.*)@(?P<rest>.*)",
@@ -52,6 +50,10 @@ def _spellings(url: str) -> set[str]:
     if written:
         found |= {written, unquote(written), quote(unquote(written), safe="")}
     try:
+        # django-environ comes with the spark extra, the only reader of urls: without it
+        # the written forms are all there is to hide.
+        import environ
+
         read = environ.Env.db_url_config(url).get("PASSWORD")
     except Exception:  # noqa: BLE001, S110 - an unreadable url: the written form is all there is
         read = None

@@ -12,14 +12,14 @@ from __future__ import annotations
 import functools
 import inspect
 import string
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from ..consuming.limits import Claim, Rate, check_max_running, parse_rate
+from ..consuming.limits import Rate, check_max_running, parse_rate
 from ..models.limit_buckets import RATE_LENGTH
 
 if TYPE_CHECKING:
-    from ..consuming.message import Message
+    pass
 
 KEY_SCOPE = "tasks"  # the scope of every concurrency key, so tasks share a key's limits
 # The largest max_running of a task. A worker makes a slot row per allowed handler, and a
@@ -87,23 +87,6 @@ def payload_limits(func: Callable[..., Any], declared: dict[str, Any] | None, ar
         bound.apply_defaults()
         key = template.format(**bound.arguments)
     return {"key": key, "max_running": declared["max_running"], "rate": declared["rate"]}
-
-
-class TaskLimits:
-    """The claims of a task queue's messages, read from their payloads. ``backends`` maps
-    each queue the worker runs to its backend's alias (see :func:`.payload.parse`)."""
-
-    def __init__(self, backends: Mapping[str, str] | None = None) -> None:
-        self.backends = backends
-
-    def claims(self, message: Message) -> tuple[Claim, ...]:
-        from .payload import InvalidTaskPayload, parse
-
-        try:
-            claim = parse(message.payload, message.topic, self.backends).claim
-        except InvalidTaskPayload:
-            return ()  # it claims nothing: the task runner dead-letters it with the reason
-        return () if claim is None else (claim,)
 
 
 @functools.lru_cache(maxsize=256)

@@ -9,7 +9,7 @@ from django.utils.module_loading import import_string
 from ..conf import get_settings
 from ..consuming.registry import Subscription
 from ..exceptions import ConfigurationError
-from .limits import TaskLimits
+from .claims import TaskLimits
 from .options import GROUP, MAX_TASK_ATTEMPTS, topic_for
 
 

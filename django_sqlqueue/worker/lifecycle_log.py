@@ -6,31 +6,30 @@ One line an operator reads first in a worker's log, in the log's ``key=value`` f
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING
+from collections.abc import Sequence
 
 from django.db import connections
 
+from ..consuming.registry import Subscription
 from ..models.task_results import TASK_GROUP, TASK_TOPIC_PREFIX
-
-if TYPE_CHECKING:
-    from .process import Worker
 
 logger = logging.getLogger("django_sqlqueue.worker")
 
 
-def log_start(worker: Worker) -> None:
+def log_start(*, name: str, using: str, concurrency: int, burst: bool, schedules: bool,
+              subscriptions: Sequence[Subscription]) -> None:
     """``worker started`` with its name, database alias and vendor, concurrency, mode,
     the @subscriber subscriptions (``topic:group``) and the task queues."""
-    queues = sorted(s.topic[len(TASK_TOPIC_PREFIX):] for s in worker.subscriptions
+    queues = sorted(s.topic[len(TASK_TOPIC_PREFIX):] for s in subscriptions
                     if _is_task_queue(s.group, s.topic))
-    subscriptions = [f"{s.topic}:{s.group}" for s in worker.subscriptions
-                     if not _is_task_queue(s.group, s.topic)]
+    handlers = [f"{s.topic}:{s.group}" for s in subscriptions
+                if not _is_task_queue(s.group, s.topic)]
     logger.info(
         "worker started name=%s database=%s vendor=%s concurrency=%s burst=%s schedules=%s "
         "subscriptions=%s queues=%s",
-        worker.name, worker.using, connections[worker.using].vendor, worker.concurrency,
-        "yes" if worker.burst else "no", "yes" if worker.scheduler is not None else "no",
-        ",".join(subscriptions) or "-", ",".join(queues) or "-",
+        name, using, connections[using].vendor, concurrency,
+        "yes" if burst else "no", "yes" if schedules else "no",
+        ",".join(handlers) or "-", ",".join(queues) or "-",
     )
 
 

@@ -156,7 +156,9 @@ class Worker:
     def run(self) -> int:
         """Poll until stopped (or, with burst, until nothing is left to do); return the exit
         status: 0, or why it stopped early (see ``exit_reason``)."""
-        log_start(self)
+        log_start(name=self.name, using=self.using, concurrency=self.concurrency,
+                  burst=self.burst, schedules=self.scheduler is not None,
+                  subscriptions=self.subscriptions)
         with stop_on_signals(self.stop, self.conf.shutdown_grace):
             while self._seen_head is None and not self.stopping.is_set():
                 delay = self._step("start", self._start)
