@@ -4,7 +4,8 @@ Every view of this app's ModelAdmins is wrapped: a database whose queue tables a
 or behind this app's migrations gets a short page (status 503) saying so and naming
 ``manage.py migrate``, whether that is known before the view runs (the migration plan:
 the migration files, loaded once, and one read of ``django_migrations``, about a
-millisecond) or met while it runs or renders (a table or column that does not exist).
+millisecond, until the process has found the alias migrated) or met while it runs or
+renders (a table or column that does not exist).
 """
 
 from __future__ import annotations
@@ -24,6 +25,10 @@ from ..db.schema_state import APP_LABEL, is_missing_schema, migrate_line, not_mi
 from ..models import QueueMessage
 
 NOT_READY_STATUS = 503
+# Aliases found migrated by this process: the plan is read until then, never after (a
+# deploy with new migrations starts new processes). A table found missing later, while a
+# view runs, still gets the one line, and the alias is looked at afresh.
+_ready: set[str] = set()
 
 
 def guard_admin_pages(site: admin.AdminSite = admin.site) -> None:
@@ -52,9 +57,11 @@ def _guarded_view(view: Callable[..., HttpResponse]) -> Callable[..., HttpRespon
         if not (user is not None and user.is_active and user.is_staff):
             return view(request, *args, **kwargs)  # the admin's login page, as before
         using = QueueMessage.objects.db
-        line = migrate_line(using)
-        if line is not None:
-            return _not_ready(line)
+        if using not in _ready:
+            line = migrate_line(using)
+            if line is not None:
+                return _not_ready(line)
+            _ready.add(using)
         try:
             response = view(request, *args, **kwargs)
             # A TemplateResponse queries while it renders: render it here, inside the guard.
@@ -63,6 +70,7 @@ def _guarded_view(view: Callable[..., HttpResponse]) -> Callable[..., HttpRespon
         except DatabaseError as exc:
             if not is_missing_schema(exc):
                 raise
+            _ready.discard(using)
             return _not_ready(not_migrated_line(using))
         return response
 
