@@ -4,16 +4,19 @@ from __future__ import annotations
 
 import math
 import re
+from argparse import ArgumentParser
 from typing import Any
 
 from django.core.management.base import CommandError
 
 from django_sqlqueue.operations import DeadLetterFilter, OperationError
+from django_sqlqueue.operations.dead_letters import BATCH_SIZE as DEAD_LETTER_BATCH_SIZE
 
 USAGE_ERROR = 2
 _AGE_RE = re.compile(r"(\d+(?:\.\d+)?)([smhd]?)")
 _UNITS = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400}
 MAX_AGE_SECONDS = 10 * 365 * 86400  # ten years: anything longer is a typo
+MAX_INDENT = 16  # spaces per level for stats --json --indent
 
 
 def positive_seconds(option: str, value: Any) -> float:
@@ -52,3 +55,44 @@ def dead_letter_filter(options: dict[str, Any]) -> DeadLetterFilter:
     except OperationError as exc:
         raise CommandError(str(exc), returncode=USAGE_ERROR) from exc
     return flt
+
+
+def dead_letter_arguments(parser: ArgumentParser) -> None:
+    """The options replay and discard share: which dead letters, and how."""
+    # Strings, checked in handle() (see dead_letter_filter), so a bad value gets one line.
+    parser.add_argument("--id", action="append", default=[], metavar="ID",
+                        help="A dead letter's id (repeatable).")
+    parser.add_argument("--topic", default=None, help="The topic the message was published to.")
+    parser.add_argument("--group", default=None, help="The consumer group that failed it.")
+    parser.add_argument("--older-than", default=None, metavar="AGE",
+                        help="Dead-lettered longer ago than AGE: seconds, or 30m, 12h, 7d.")
+    parser.add_argument("--error-contains", default=None, metavar="TEXT",
+                        help="Its last error contains TEXT (case-insensitive).")
+    parser.add_argument("--dry-run", action="store_true",
+                        help="Print the count and a sample; change nothing.")
+    parser.add_argument("--batch-size", default=str(DEAD_LETTER_BATCH_SIZE), metavar="N",
+                        help="Dead letters per transaction (default: %(default)s).")
+
+
+def json_indent(value: Any, as_json: bool) -> int | None:
+    """``--indent``: spaces per level, only with ``--json``."""
+    if value is None:
+        return None
+    text = str(value).strip()
+    if not as_json:
+        raise CommandError("--indent goes with --json", returncode=USAGE_ERROR)
+    indent = int(text) if text.isascii() and text.isdecimal() else -1
+    if not 0 <= indent <= MAX_INDENT:
+        raise CommandError(f"--indent must be a whole number from 0 to {MAX_INDENT}, got {text!r}",
+                           returncode=USAGE_ERROR)
+    return indent
+
+
+def batch_size_option(value: Any) -> int:
+    """``--batch-size``: a whole number from 1 to 10,000."""
+    text = str(value).strip()
+    size = int(text) if text.isascii() and text.isdecimal() else 0
+    if not 1 <= size <= 10_000:
+        raise CommandError(f"--batch-size must be a whole number from 1 to 10000, got {text!r}",
+                           returncode=USAGE_ERROR)
+    return size

@@ -37,8 +37,8 @@ from ..worker.handling import handle
 from ..worker.leasing import Leasing
 from ..worker.outcomes import Acked, DeadLettered, Outcome, Retried
 from ..worker.partitions import Ident, Partition
-from ..worker.process import _send as send_signal
 from ..worker.results import CycleResult, Delivery
+from ..worker.signalling import send_signal
 from ..worker.window import NEVER_MS
 from .limits import DrainLimits
 from .summary import DrainResult, Failure

@@ -20,6 +20,7 @@ while it waits: the handler that frees the slot queues it as it finishes.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import heapq
 import itertools
@@ -29,6 +30,7 @@ import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
+from typing import Any
 
 from django.db import close_old_connections, connections
 
@@ -316,3 +318,12 @@ def extender(partition: Partition, generation: int, message: Message, worker_nam
         notices.put((partition.ident, message.offset, until))
 
     return extend
+
+
+def taken(items: queue.SimpleQueue[Any] | queue.Queue[Any]) -> list[Any]:
+    """Everything ``items`` holds now, without waiting."""
+    found = []
+    with contextlib.suppress(queue.Empty):
+        while True:
+            found.append(items.get_nowait())
+    return found

@@ -43,26 +43,20 @@ import math
 import time
 from collections import defaultdict
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
 
 from django.db import transaction
 
-from ..consuming.limits import Claim, Rate, SubscriptionLimits
+from ..consuming.limits import Claim, SubscriptionLimits
 from ..consuming.message import Message
 from ..consuming.registry import Subscription
 from ..models import LimitBucket, LimitSlot
-from ..models.limit_buckets import Bucket
 from .handover import DEADLINE_MARGIN, WAITING_PER_SLOT, LocalSlots, Ref, Scope, Slot
+from .limit_scopes import HELD_RETRY_MS, Candidate, LockedScope, Need
 from .partitions import Ident, Partition
 from .window import Entry
 
 logger = logging.getLogger("django_sqlqueue.worker")
 
-# A message held for a slot held elsewhere is tried again this soon (ms); at once when
-# this worker frees a slot of its scope.
-HELD_RETRY_MS = 200
-# ... and this soon when another worker's cycle held the scope's bucket (ms).
-BUSY_RETRY_MS = 50
 # Per-key rows free (or expired) for this long are deleted (ms): rows exist for the keys
 # running lately, not for every key ever seen.
 KEY_IDLE_MS = 30_000
@@ -81,61 +75,6 @@ WANT_RETRY_MS = 50
 WANT_EVERY_MS = 200
 # A worker holding slots reads which are wanted at most this often (ms).
 WANTED_CHECK_MS = 200
-
-
-@dataclass
-class Candidate:
-    """A message the cycle is about to hand out."""
-
-    partition: Partition
-    entry: Entry
-    message: Message
-
-
-@dataclass
-class _Need:
-    count: int = 0  # messages of the cycle claiming the scope
-    max_running: int = 0  # the highest max_running among their claims (0: none)
-    rate: Rate | None = None
-
-
-@dataclass
-class _State:
-    """What one cycle locked of a scope."""
-
-    free: list[tuple[int, int]] = field(default_factory=list)  # (row id, slot), lowest first
-    bucket: Bucket | None = None
-    bucket_busy: bool = False  # another worker's cycle holds the bucket
-    taken_tokens: int = 0
-
-    def can(self, claim: Claim) -> bool:
-        limit = claim.max_running
-        if limit is not None and not any(slot < limit for _, slot in self.free):
-            return False
-        return claim.rate is None or (self.bucket is not None and self.bucket.tokens >= 1)
-
-    def take(self, claim: Claim) -> int | None:
-        """Spend the claim (can() said yes); the slot row taken, if any."""
-        row_id = None
-        if claim.max_running is not None:
-            index = next(i for i, (_, slot) in enumerate(self.free) if slot < claim.max_running)
-            row_id = self.free.pop(index)[0]
-        if claim.rate is not None and self.bucket is not None:
-            self.bucket.tokens -= 1
-            self.taken_tokens += 1
-        return row_id
-
-    def retry_at(self, claim: Claim, now_ms: int, held_retry_ms: int = HELD_RETRY_MS) -> int:
-        """When a message denied by this scope should be tried again."""
-        due = now_ms
-        if claim.rate is not None and (self.bucket is None or self.bucket.tokens < 1):
-            if self.bucket is None:
-                due = now_ms + BUSY_RETRY_MS
-            else:
-                due = now_ms + max(1, math.ceil((1 - self.bucket.tokens) / claim.rate.per_ms))
-        if claim.max_running is not None and not any(s < claim.max_running for _, s in self.free):
-            due = max(due, now_ms + held_retry_ms)
-        return due
 
 
 class LimitGate:
@@ -284,7 +223,7 @@ class LimitGate:
             0 if c.partition.subscription.priority_of is not None
             else self._served.get(c.partition.ident, 0)))
         claimed = []
-        needs: dict[Scope, _Need] = defaultdict(_Need)
+        needs: dict[Scope, Need] = defaultdict(Need)
         for candidate in candidates:
             limits = candidate.partition.subscription.limits
             claims = () if limits is None else limits.claims(candidate.message)
@@ -300,7 +239,7 @@ class LimitGate:
             return []
         # Scopes in one order in every worker: two cycles creating rows never wait for
         # each other in a circle.
-        states = {scope: (_State() if self._only_waiting(scope, needs[scope], claimed, now_ms)
+        states = {scope: (LockedScope() if self._only_waiting(scope, needs[scope], claimed, now_ms)
                           else self._lock(scope, needs[scope], now_ms))
                   for scope in sorted(needs)}
         held: list[Candidate] = []
@@ -376,7 +315,7 @@ class LimitGate:
         found = openings.get(scope)
         return self.local.openings(scope) if found is None else found
 
-    def _only_waiting(self, scope: Scope, need: _Need,
+    def _only_waiting(self, scope: Scope, need: Need,
                       claimed: Sequence[tuple[Candidate, Sequence[Claim]]], now_ms: int) -> bool:
         """Whether the cycle may leave ``scope``'s rows alone: its whole limit was taken at
         this worker's last try, moments ago (so a free slot is unlikely, and other workers
@@ -391,9 +330,9 @@ class LimitGate:
         return all(_may_wait(claims) for _, claims in claimed
                    if any((c.scope, c.key) == scope for c in claims))
 
-    def _lock(self, scope: Scope, need: _Need, now_ms: int) -> _State:
+    def _lock(self, scope: Scope, need: Need, now_ms: int) -> LockedScope:
         name, key = scope
-        state = _State()
+        state = LockedScope()
         if need.max_running:
             ensured = (name, need.max_running)
             if key or ensured not in self._ensured:
@@ -419,7 +358,7 @@ class LimitGate:
             state.bucket_busy = state.bucket is None
         return state
 
-    def _note_waiting(self, scope: Scope, need: _Need, got: bool, now_ms: int) -> None:
+    def _note_waiting(self, scope: Scope, need: Need, got: bool, now_ms: int) -> None:
         """After a look at ``scope``'s free slots: a worker that found none and holds none
         of its own waits for the others' (and marks them wanted); one that found some no
         longer waits."""

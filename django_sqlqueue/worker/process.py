@@ -12,24 +12,20 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
-import queue
 import socket
 import threading
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from django.db import connections
 
-from .. import signals
 from ..conf import get_settings
-from ..consuming.message import Message
 from ..consuming.registry import Subscription
 from ..db import notify
 from ..db.errors import is_disconnect, is_transient
 from ..db.schema_state import is_missing_schema, not_migrated_line
 from ..db.vendor import has_row_locks
-from ..logtext import loggable
 from ..models import GroupControl, LogSequencer
 from ..models.fields import SUBSCRIBER_NAME_LENGTH
 from . import attention
@@ -40,7 +36,7 @@ from .clock import DatabaseClock
 from .collector import GarbageCollector
 from .controls import Controls
 from .cycle import PollCycle
-from .dispatcher import Dispatcher
+from .dispatcher import Dispatcher, taken
 from .faults import FaultBackoff
 from .interrupts import stop_on_signals
 from .isolation import Batch, Isolation
@@ -49,10 +45,11 @@ from .lifecycle_log import log_start
 from .limits import LimitGate
 from .outcomes import Outcome
 from .partitions import Ident, Partition
-from .results import CycleResult
+from .results import CycleResult, touched_by_failed_cycle
 from .scheduling import Scheduler
 from .session import SessionBounds
 from .shutdown import drain
+from .signalling import send_cycle_signals
 from .startup import Startup
 from .wakeup import Listener
 
@@ -332,7 +329,7 @@ class Worker:
             contention = is_transient(exc)
             if is_disconnect(exc) or (contention and not has_row_locks(connections[self.using])):
                 raise  # every partition would fail alike: the whole step is retried
-            self._set_aside(batch, exc, contention, _touched(members, outcomes, result))
+            self._set_aside(batch, exc, contention, touched_by_failed_cycle(members, outcomes, result))
             return contention
         self.isolation.succeeded(batch)
         took = time.monotonic() - started
@@ -366,20 +363,11 @@ class Worker:
         self._next_acquire = now + ACQUIRE_INTERVAL
 
     def _drain_outcomes(self) -> None:
-        while True:
-            try:
-                outcome = self.dispatcher.outcomes.get_nowait()
-            except queue.Empty:
-                return
-            self._pending.append(outcome)
+        self._pending.extend(taken(self.dispatcher.outcomes))
 
     def _drain_extensions(self) -> None:
         """Fold handlers' own visibility extensions into their partitions' state."""
-        while True:
-            try:
-                ident, offset, until = self.dispatcher.extensions.get_nowait()
-            except queue.Empty:
-                return
+        for ident, offset, until in taken(self.dispatcher.extensions):
             partition = self.partitions.get(ident)
             if partition is not None:
                 partition.extended(offset, until)
@@ -401,17 +389,7 @@ class Worker:
         self._pending = [o for o in self._pending if id(o) not in done]
         for delivery in result.deliveries:
             self.dispatcher.submit(delivery.partition, delivery.generation, delivery.message)
-        for report in result.reports.values():
-            subscription = report.partition.subscription
-            for outcome in report.recorded:
-                if outcome.signal:
-                    _send(outcome.signal, outcome.message, subscription=subscription,
-                          **outcome.signal_arguments())
-            for dead in report.dead_on_fetch:
-                _send("message_dead_lettered", dead.message, subscription=subscription,
-                      error=dead.error)
-            for delivery in report.deliveries:
-                _send("message_delivered", delivery.message, subscription=subscription)
+        send_cycle_signals(result)
 
     def _idle(self) -> bool:
         """Whether nothing runs or waits here: no handler, no outcome to record, no
@@ -463,31 +441,3 @@ class Worker:
         self.limits.release_all(self.clock.now_ms())
         self.leasing.release_all()
         self.leasing.deregister(self.clock.now_ms())
-
-
-def _touched(members: dict[Ident, Partition], outcomes: list[Outcome],
-             result: CycleResult) -> set[int]:
-    """Offsets of the messages a failed cycle of one partition handled before it failed:
-    outcomes it was recording, and what it handed out, dead-lettered or extended."""
-    if len(members) != 1:
-        return set()
-    [ident] = members
-    touched = {o.message.offset for o in outcomes if o.partition.ident == ident}
-    report = result.reports.get(ident)
-    if report is not None:
-        touched |= report.touched()
-    return touched
-
-
-def _send(name: str, message: Message, **arguments: Any) -> None:
-    """Send the signal ``name`` of :mod:`django_sqlqueue.signals`. Receivers are the
-    project's code: one that raises must not keep a message from its handler, nor stop
-    the worker, so each is called, its failure logged, and the others still run."""
-    signal = getattr(signals, name)
-    for receiver, result in signal.send_robust(sender=Message, message=message, **arguments):
-        if isinstance(result, Exception):
-            logger.error(
-                "signal receiver failed signal=%s receiver=%s topic=%s offset=%s error=%s: %s",
-                name, getattr(receiver, "__qualname__", repr(receiver)), message.topic,
-                message.offset, type(result).__name__, loggable(result, 300),
-            )

@@ -63,3 +63,17 @@ class CycleResult:
     @property
     def full(self) -> bool:
         return any(r.more for r in self.reports.values())
+
+
+def touched_by_failed_cycle(members: dict[Ident, Partition], outcomes: list[Outcome],
+             result: CycleResult) -> set[int]:
+    """Offsets of the messages a failed cycle of one partition handled before it failed:
+    outcomes it was recording, and what it handed out, dead-lettered or extended."""
+    if len(members) != 1:
+        return set()
+    [ident] = members
+    touched = {o.message.offset for o in outcomes if o.partition.ident == ident}
+    report = result.reports.get(ident)
+    if report is not None:
+        touched |= report.touched()
+    return touched

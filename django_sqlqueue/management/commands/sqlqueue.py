@@ -29,7 +29,14 @@ from django_sqlqueue.exceptions import ConfigurationError, TopicNotDrained
 from django_sqlqueue.groups import GroupInUse, UnknownGroup
 from django_sqlqueue.management import tables
 from django_sqlqueue.management.progress import ProgressBar
-from django_sqlqueue.management.selection import dead_letter_filter, positive_seconds
+from django_sqlqueue.management.selection import (
+    MAX_INDENT,
+    batch_size_option,
+    dead_letter_arguments,
+    dead_letter_filter,
+    json_indent,
+    positive_seconds,
+)
 from django_sqlqueue.models import ConsumerOffset, QueueMessage, Topic
 from django_sqlqueue.repartition import repartition
 
@@ -58,7 +65,6 @@ SCHEDULE_ACTIONS = ("list", "pause", "resume", "run-now")
 UNHEALTHY = 1  # exit status of a failed health check
 NOT_CANCELLED = 1  # exit status of a cancel that found the message started for some group
 NOT_MIGRATED = 1  # exit status when the queue tables are missing or behind the migrations
-MAX_INDENT = 16  # spaces per level for stats --json --indent
 
 
 def _errors_in_one_line(parser: ArgumentParser, prog: str) -> None:
@@ -120,7 +126,7 @@ class Command(BaseCommand):
         parser.add_argument("--group", default=None, help="Only this consumer group.")
 
     def handle_stats(self, options: dict[str, Any]) -> None:
-        indent = _indent(options["indent"], options["json"])
+        indent = json_indent(options["indent"], options["json"])
         self._known_names(options, options["database"])
         rows = ops.overview(topic=options["topic"], group=options["group"],
                             using=options["database"])
@@ -186,10 +192,10 @@ class Command(BaseCommand):
     # ----------------------------------------------------------------- dead letters
 
     def add_replay_arguments(self, parser: ArgumentParser) -> None:
-        _dead_letter_arguments(parser)
+        dead_letter_arguments(parser)
 
     def add_discard_arguments(self, parser: ArgumentParser) -> None:
-        _dead_letter_arguments(parser)
+        dead_letter_arguments(parser)
 
     def handle_replay(self, options: dict[str, Any]) -> None:
         self._dead_letters(options, ops.replay, "replayed")
@@ -202,7 +208,7 @@ class Command(BaseCommand):
         if flt.topic is not None:
             _refuse_dead_letter_topic(flt.topic, options["database"])
         self._known_names(options, options["database"])
-        batch = _batch_size(options["batch_size"])
+        batch = batch_size_option(options["batch_size"])
         bar = ProgressBar(self.stderr, label=verb)
         done = action(flt, dry_run=options["dry_run"], batch_size=batch,
                       progress=bar.update if not options["dry_run"] else None,
@@ -424,35 +430,6 @@ def _subscribed_topics() -> set[str]:
     return {s.topic for s in subscriptions()}
 
 
-def _dead_letter_arguments(parser: ArgumentParser) -> None:
-    # Strings, checked in handle() (see dead_letter_filter), so a bad value gets one line.
-    parser.add_argument("--id", action="append", default=[], metavar="ID",
-                        help="A dead letter's id (repeatable).")
-    parser.add_argument("--topic", default=None, help="The topic the message was published to.")
-    parser.add_argument("--group", default=None, help="The consumer group that failed it.")
-    parser.add_argument("--older-than", default=None, metavar="AGE",
-                        help="Dead-lettered longer ago than AGE: seconds, or 30m, 12h, 7d.")
-    parser.add_argument("--error-contains", default=None, metavar="TEXT",
-                        help="Its last error contains TEXT (case-insensitive).")
-    parser.add_argument("--dry-run", action="store_true",
-                        help="Print the count and a sample; change nothing.")
-    parser.add_argument("--batch-size", default=str(ops.dead_letters.BATCH_SIZE), metavar="N",
-                        help="Dead letters per transaction (default: %(default)s).")
-
-
-def _indent(value: Any, as_json: bool) -> int | None:
-    if value is None:
-        return None
-    text = str(value).strip()
-    if not as_json:
-        raise CommandError("--indent goes with --json", returncode=USAGE_ERROR)
-    indent = int(text) if text.isascii() and text.isdecimal() else -1
-    if not 0 <= indent <= MAX_INDENT:
-        raise CommandError(f"--indent must be a whole number from 0 to {MAX_INDENT}, got {text!r}",
-                           returncode=USAGE_ERROR)
-    return indent
-
-
 def _refuse_dead_letter_topic(topic: str, using: str) -> None:
     """Refuse --topic naming a dead-letter topic (orders_dlq) where the original topic
     (orders) is meant: it would quietly match nothing."""
@@ -468,12 +445,3 @@ def _refuse_dead_letter_topic(topic: str, using: str) -> None:
         raise CommandError(
             f"--topic is the topic the messages were published to, not their dead-letter "
             f"topic: use --topic {base} (not {topic})", returncode=USAGE_ERROR)
-
-
-def _batch_size(value: Any) -> int:
-    text = str(value).strip()
-    size = int(text) if text.isascii() and text.isdecimal() else 0
-    if not 1 <= size <= 10_000:
-        raise CommandError(f"--batch-size must be a whole number from 1 to 10000, got {text!r}",
-                           returncode=USAGE_ERROR)
-    return size
