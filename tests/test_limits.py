@@ -159,29 +159,37 @@ def longest_waits(found: list[Run], topic: str, since: float, until: float) -> d
 
 
 def test_slots_rotate_among_workers_with_a_standing_backlog(workers, tmp_path):
-    # max_running=1, two workers owning two partitions each, more work on every partition
-    # than the limit lets through: the slot must not stay with one worker for its backlog.
+    # max_running=1, four workers owning a partition each, more work on every partition
+    # than the limit lets through: the slot must not stay with one worker for its backlog,
+    # and it goes round the workers in turn, the one waiting longest next.
     log = tmp_path / "runs.log"
-    started = start_workers(workers, 2, "capped-one")
+    started = start_workers(workers, 4, "capped-one")
     wait_until(lambda: sorted(PartitionLease.objects.filter(topic="capped-one")
-                              .values_list("leased_by", flat=True)) == ["w0", "w0", "w1", "w1"],
-               timeout=30, what="two partitions leased to each worker", watch=started)
+                              .values_list("leased_by", flat=True)) == ["w0", "w1", "w2", "w3"],
+               timeout=30, what="a partition leased to each worker", watch=started)
     for partition in "0123":
         keys = keys_in_partition("capped-one", partition, 5, prefix=f"p{partition}-")
-        publish("capped-one", log, 40, keys=keys, sleep=0.1)  # 4 s of work each
+        publish("capped-one", log, 50, keys=keys, sleep=0.1)  # 5 s of work each
 
     wait_until(lambda: runs(log), timeout=30, what="a first run", watch=started)
     first = runs(log)[0].start
-    window = 8.0  # well before the 16 s of work run out
+    window = 10.0  # well before the 20 s of work run out
     time.sleep(max(0.0, first + window - time.time()))
     found = [r for r in runs(log) if r.start < first + window]
     waits = longest_waits(found, "capped-one", first, first + window)
     assert peak(found) == 1
     assert sorted(waits) == ["0", "1", "2", "3"], waits  # every partition made progress
-    # The documented bound (a slot held a second at least, then passed on) with room for a
-    # busy machine: held for its backlog, the others would wait the whole window.
+    # The documented bound (a slot held half a second at least, then passed on) with room
+    # for a busy machine: held for its backlog, the others would wait the whole window.
     assert max(waits.values()) < 4.0, waits
-    assert len({r.pid for r in found}) == 2
+    # In turn: the slot's holders, one after another, never serve a worker twice while
+    # another waits (a slot handed to whichever worker looks first would, most times). One
+    # exception is allowed, for a reservation that ran out on a busy machine.
+    holders = [pid for n, pid in enumerate(r.pid for r in found)
+               if n == 0 or found[n - 1].pid != pid]
+    assert len(holders) >= 8, holders
+    out_of_turn = sum(1 for n, pid in enumerate(holders) if pid in holders[n + 1:n + 4])
+    assert out_of_turn <= 1, holders
     assert len(found) >= 0.5 * window / 0.1  # the limit kept busy meanwhile
     assert_no_failed_cycles(started)
 

@@ -25,7 +25,7 @@ def hold_slots(scope: str, key: str, count: int, held: int) -> None:
     now = database_now_ms("default")
     LimitSlot.objects.ensure(scope, key, count, now, "default")
     for row_id, _ in LimitSlot.objects.lock_free(scope, key, count, held, now, "default"):
-        LimitSlot.objects.take(row_id, "worker-token", "capped/0@1", now + 60_000, "default")
+        LimitSlot.objects.take(row_id, "worker-token", "capped/0@1", now + 60_000, now, "default")
 
 
 def test_the_overview_counts_running_slots_against_max_running():
@@ -40,7 +40,7 @@ def test_expired_slots_do_not_count_as_running():
     now = database_now_ms("default")
     LimitSlot.objects.ensure(SCOPE, "", 3, now, "default")
     row_id, _ = LimitSlot.objects.lock_free(SCOPE, "", 3, 1, now, "default")[0]
-    LimitSlot.objects.take(row_id, "dead-worker", "capped/0@1", now - 1, "default")
+    LimitSlot.objects.take(row_id, "dead-worker", "capped/0@1", now - 1, now, "default")
 
     row = next(r for r in operations.limits_overview() if r.scope == SCOPE)
 

@@ -9,8 +9,13 @@ rows expire one lease duration after its last renewal, so a crashed worker's slo
 back by themselves. Times are epoch ms by the database clock.
 
 ``idle_since`` says, of a free row, since when it is free (per-key rows idle long are
-swept); of a held row, since when another worker waits for it (0: nobody does), which
-tells its holder to give it back rather than pass it on (see ``worker/handover.py``).
+swept); of a held row, since when the worker that asked for it waits (0: nobody does),
+which tells its holder to give it back rather than pass it on (see ``worker/handover.py``).
+
+Turns at a full limit: ``held_since`` is when the row was taken, and a waiting worker asks
+back the row held longest, so the slots go round the workers in order. ``wanted_by`` names
+the worker that asked: the row, once given back, is free for that worker alone for
+``RESERVED_MS``, so the worker waiting longest gets it, not whichever looks first.
 """
 
 from __future__ import annotations
@@ -25,6 +30,9 @@ from ..db import sql as sqlb
 from .fields import KEY_LENGTH, SCOPE_LENGTH
 
 DIGEST_LENGTH = 40  # hex SHA-1 of a key; '' for a scope's own (keyless) limit
+# A row given back to the worker that asked for it is left to that worker this long (ms):
+# it looks for it every 50 ms, and a worker that died meanwhile costs no more than this.
+RESERVED_MS = 500
 
 
 def key_digest(key: str) -> str:
@@ -60,36 +68,61 @@ class LimitSlotManager(models.Manager["LimitSlot"]):
                      params)
 
     def lock_free(self, scope: str, key: str, count: int, wanted: int, now_ms: int,
-                  using: str) -> list[tuple[int, int]]:
+                  using: str, holder: str = "",
+                  still_used: Sequence[int] = ()) -> list[tuple[int, int]]:
         """Up to ``wanted`` free slots below ``count`` of (scope, key), locked for this
         transaction, lowest first, as (row id, slot). Rows other transactions hold are
-        passed over: a worker never waits for another's slots."""
+        passed over: a worker never waits for another's slots. So are rows given back
+        moments ago to another worker that asked for them (``holder`` is the asking
+        worker's token), and ``still_used``: rows the worker lost (its lease ran out) whose
+        handler still runs there, which it must not hold a second time."""
+        reserved_elsewhere = (~models.Q(wanted_by="") & ~models.Q(wanted_by=holder)
+                              & models.Q(idle_since__gte=now_ms - RESERVED_MS))
         rows = (
             self.using(using).select_for_update(skip_locked=True)
             .filter(scope=scope, limit_key=key_digest(key), slot__lt=count)
             .filter(models.Q(holder="") | models.Q(expires_at__lt=now_ms))
+            .exclude(reserved_elsewhere)
+            .exclude(id__in=list(still_used))
             .order_by("slot").values_list("id", "slot")[:wanted]
         )
         return [(int(i), int(s)) for i, s in rows]
 
-    def take(self, row_id: int, holder: str, held_for: str, expires_at: int, using: str) -> None:
+    def take(self, row_id: int, holder: str, held_for: str, expires_at: int, now_ms: int,
+             using: str) -> None:
         self.using(using).filter(id=row_id).update(holder=holder, held_for=held_for[:255],
-                                                   expires_at=expires_at, idle_since=0)
+                                                   expires_at=expires_at, idle_since=0,
+                                                   held_since=now_ms, wanted_by="")
 
-    def want(self, scope: str, key: str, count: int, holder: str, now_ms: int,
+    def want(self, scope: str, key: str, count: int, holder: str, since_ms: int, now_ms: int,
              using: str) -> int:
-        """Mark one slot below ``count`` of (scope, key) that another worker holds as
-        wanted since ``now_ms``, unless one is marked already: one slot changes hands at a
-        time, so a waiting worker takes one, not every slot of a holder."""
-        held = (self.using(using).filter(scope=scope, limit_key=key_digest(key), slot__lt=count)
-                .exclude(holder=""))
-        if held.filter(idle_since__gt=0).exists():
+        """Ask for one slot below ``count`` of (scope, key) that another worker holds, for
+        ``holder``, waiting since ``since_ms``: the slot held longest that nobody asked for,
+        or, with every held slot asked for, the one whose asker has waited least (the ask
+        passes to ``holder`` if it has waited longer). The asks go to the workers waiting
+        longest, one each (nothing while a row asked for by ``holder`` is still held or
+        reserved for it), so the slots go round in turn, never all to one worker."""
+        rows = self.using(using).filter(scope=scope, limit_key=key_digest(key), slot__lt=count)
+        pending = ~models.Q(holder="") | models.Q(idle_since__gte=now_ms - RESERVED_MS)
+        if rows.filter(pending, wanted_by=holder).exists():
             return 0
-        # Any one of them: over time each holder's turn comes alike.
-        row_id = held.exclude(holder=holder).order_by("?").values_list("id", flat=True).first()
+        others = rows.exclude(holder="").exclude(holder=holder)
+        row_id = (others.filter(idle_since=0).order_by("held_since", "slot")
+                  .values_list("id", flat=True).first())
+        if row_id is None:
+            row_id = (others.filter(idle_since__gt=since_ms).order_by("-idle_since", "slot")
+                      .values_list("id", flat=True).first())
         if row_id is None:
             return 0
-        return held.filter(id=row_id, idle_since=0).update(idle_since=now_ms)
+        return (others.filter(id=row_id)
+                .filter(models.Q(idle_since=0) | models.Q(idle_since__gt=since_ms))
+                .update(idle_since=since_ms, wanted_by=holder))
+
+    def unwant(self, scope: str, key: str, holder: str, using: str) -> int:
+        """Withdraw ``holder``'s asks on (scope, key): it got a slot another way."""
+        rows = self.using(using).filter(scope=scope, limit_key=key_digest(key), wanted_by=holder)
+        withdrawn = rows.exclude(holder="").update(idle_since=0, wanted_by="")
+        return withdrawn + rows.filter(holder="").update(wanted_by="")
 
     def wanted(self, row_ids: Sequence[int], holder: str, using: str) -> list[int]:
         """Which of ``holder``'s rows among ``row_ids`` another worker waits for."""
@@ -156,6 +189,8 @@ class LimitSlot(models.Model):
     held_for = models.CharField(max_length=255, default="", blank=True)  # the message, for people
     expires_at = models.BigIntegerField(default=0)
     idle_since = models.BigIntegerField(default=0)
+    held_since = models.BigIntegerField(db_default=0)  # when taken (epoch ms)
+    wanted_by = models.CharField(max_length=64, db_default="", blank=True)  # who asked for it
 
     objects = LimitSlotManager()
 

@@ -40,8 +40,9 @@ from .partitions import Ident
 WAITING_PER_SLOT = 2
 # A slot another worker waits for goes back once held this long (seconds): the slot's
 # idle moment while it changes hands (about one poll cycle of each worker) stays a few
-# per cent of its time, however short the handlers.
-MIN_TENURE = 1.0
+# per cent of its time, however short the handlers, and a waiting worker's turn comes
+# within a second (docs/consuming.md, "Slots rotate").
+MIN_TENURE = 0.5
 # A slot is not used later than this before its lease could run out (seconds): the
 # database clocks of two workers, and a thread's start, differ by less.
 DEADLINE_MARGIN = 0.5

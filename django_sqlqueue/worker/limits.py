@@ -17,9 +17,11 @@ is delivered anyway, to wait in the worker for one of the slots it holds, when f
 than two per slot wait (one ``max_running`` claim and no rate only); see :mod:`.handover`.
 
 Unless another worker waits for them: the slots rotate. A cycle that finds a limit full
-while it has messages of it marks one slot another worker holds as *wanted* (after its
-commit, at most every ``WANT_EVERY_MS``, and only while none is marked), and looks again every
-``WANT_RETRY_MS`` while it waits. The holders read which of their slots are wanted at
+while it has messages of it asks for the slot another worker has held longest, marking it
+*wanted* (after its commit, at most every ``WANT_EVERY_MS``, one slot per waiting worker at
+a time, the workers waiting longest first), and looks again every ``WANT_RETRY_MS`` while
+it waits; the slot, given back, is left to it for a moment (``RESERVED_MS``), so workers
+are served in the order they began to wait. The holders read which of their slots are wanted at
 most every ``WANTED_CHECK_MS``; a wanted slot held ``MIN_TENURE`` goes back to the
 database at its handler's end, and its holder leaves the scope alone for
 ``HELD_RETRY_MS``, so the waiting worker takes it. Inside a worker, the partitions whose
@@ -106,6 +108,7 @@ class LimitGate:
         self._full_at: dict[str, int] = {}
         # Scopes whose slots this worker waits for, and when it last marked them wanted (ms).
         self._wanting: dict[Scope, int] = {}
+        self._waiting_since: dict[Scope, int] = {}  # ... and since when it waits (ms)
         self._next_wanted_check = 0
         # When a message of each partition last got a slot or a place to wait (a counter):
         # the partitions served least recently go first.
@@ -292,7 +295,7 @@ class LimitGate:
         for candidate, slots in taken:
             for slot in slots:
                 LimitSlot.objects.take(slot.row_id, self.token, _label(candidate),
-                                       now_ms + self.lease_ms, self.using)
+                                       now_ms + self.lease_ms, now_ms, self.using)
         for scope, state in states.items():
             need = needs[scope]
             if state.bucket is not None:
@@ -339,8 +342,11 @@ class LimitGate:
                 LimitSlot.objects.ensure(name, key, need.max_running, now_ms, self.using)
                 if not key:
                     self._ensured[ensured] = now_ms
+            # Never a row still tracked here: a slot lost while its handler ran, taken
+            # again, would be given back at that handler's end under the new holding.
             state.free = LimitSlot.objects.lock_free(name, key, need.max_running, need.count,
-                                                     now_ms, self.using)
+                                                     now_ms, self.using, holder=self.token,
+                                                     still_used=self.local.row_ids())
             if not state.free and not key and now_ms - self._ensured.get(ensured, now_ms) >= (
                     ENSURE_AGAIN_MS):
                 # All taken, or the rows are gone (a table emptied by hand): make sure
@@ -363,21 +369,32 @@ class LimitGate:
         of its own waits for the others' (and marks them wanted); one that found some no
         longer waits."""
         if got or self.local.holds(scope):
-            self._wanting.pop(scope, None)
+            self._waiting_since.pop(scope, None)
+            if self._wanting.pop(scope, None) is not None:
+                # Served: a slot it asked another worker for is not needed any more.
+                name, key = scope
+                transaction.on_commit(
+                    lambda: LimitSlot.objects.unwant(name, key, self.token, self.using),
+                    using=self.using)
             return
         if len(self._wanting) > MAX_REMEMBERED:
             self._wanting.clear()  # per-key scopes no longer seen: marked again if need be
+            self._waiting_since.clear()
         marked = self._wanting.get(scope)
-        self._wanting[scope] = marked if marked is not None else now_ms - WANT_EVERY_MS
-        if now_ms - self._wanting[scope] < WANT_EVERY_MS:
+        if marked is None:
+            self._waiting_since[scope] = now_ms
+            marked = now_ms - WANT_EVERY_MS
+        self._wanting[scope] = marked
+        if now_ms - marked < WANT_EVERY_MS:
             return
         self._wanting[scope] = now_ms
         name, key = scope
+        since = self._waiting_since.get(scope, now_ms)
         # After the cycle commits, on its own: the UPDATE may wait for a holder's short
         # transaction, and must not while this cycle holds its rows.
         transaction.on_commit(
-            lambda: LimitSlot.objects.want(name, key, need.max_running, self.token, now_ms,
-                                           self.using), using=self.using)
+            lambda: LimitSlot.objects.want(name, key, need.max_running, self.token, since,
+                                           now_ms, self.using), using=self.using)
 
     # ------------------------------------------------------------------ with the renewals
 
