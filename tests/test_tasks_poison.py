@@ -11,7 +11,7 @@ import pytest
 
 import django_sqlqueue as sqlqueue
 from django_sqlqueue.models import QueueMessage, TaskResultRecord
-from django_sqlqueue.tasks.compat import TaskResultStatus
+from django_sqlqueue.tasks.compat import TaskResultStatus, task_backends
 from django_sqlqueue.tasks.limits import MAX_TASK_RUNNING
 from django_sqlqueue.tasks.options import InvalidTaskLimits, task_options
 from django_sqlqueue.tasks.payload import InvalidTaskPayload, parse
@@ -125,3 +125,12 @@ def test_every_malformed_task_message_is_dead_lettered_and_the_tasks_behind_it_r
     assert result.status == TaskResultStatus.FAILED
     assert result.errors[-1].exception_class_path.endswith("InvalidTaskPayload")
     assert TaskResultRecord.objects.get(id="poison-priority_text").status == "FAILED"
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("name", ["priority_text", "run_after_text", "args_not_a_list"])
+def test_get_result_of_a_waiting_malformed_task_says_why_it_will_not_run(name):
+    sqlqueue.publish(TOPIC, malformed(name), id=f"poison-{name}")
+
+    with pytest.raises(InvalidTaskPayload, match=re.escape(MALFORMED[name][1])):
+        task_backends["default"].get_result(f"poison-{name}")

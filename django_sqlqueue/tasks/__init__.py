@@ -15,6 +15,7 @@ from .backend import InvalidTaskArguments, QueueBackend, QueueTask
 from .cancelling import TaskCancellation
 from .known import UnknownTask
 from .options import task_options
+from .payload import InvalidTaskPayload
 
-__all__ = ["Cancelled", "InvalidTaskArguments", "QueueBackend", "QueueTask", "TaskCancellation",
-           "UnknownTask", "task_options"]
+__all__ = ["Cancelled", "InvalidTaskArguments", "InvalidTaskPayload", "QueueBackend",
+           "QueueTask", "TaskCancellation", "UnknownTask", "task_options"]

@@ -47,6 +47,7 @@ from .options import (
     valid_attempts,
     valid_backoff,
 )
+from .payload import parse as parse_payload
 from .results import load_task_path, to_task_result
 
 _QUEUE_RE = re.compile(r"[A-Za-z0-9._-]+")  # the whole name: use fullmatch
@@ -165,7 +166,11 @@ class QueueBackend(BaseTaskBackend):
         return result
 
     def get_result(self, result_id: str) -> Any:
-        """The result row; for a task no worker has started yet, its message."""
+        """The result row; for a task no worker has started yet, its message. Raises
+        TaskResultDoesNotExist for an unknown id, and
+        ``django_sqlqueue.tasks.InvalidTaskPayload`` (with the reason) for a waiting
+        message no worker can run (written by hand or by another release), which the
+        worker dead-letters."""
         result_id = str(result_id)
         alias = router.db_for_read(TaskResultRecord)
         row = TaskResultRecord.objects.using(alias).filter(id=result_id).first()
@@ -175,14 +180,16 @@ class QueueBackend(BaseTaskBackend):
             [topic_for(q) for q in sorted(self.queues)], result_id, alias)
         if message is None:
             raise TaskResultDoesNotExist(result_id)
-        payload = decode_json(message.payload)
-        task = load_task_path(payload["task"], result_id).using(
-            priority=payload.get("priority", 0), queue_name=message.topic.split(".", 1)[1],
-            backend=payload["backend"])
-        if payload.get("run_after"):
-            task = task.using(run_after=datetime.fromisoformat(payload["run_after"]))
-        return _ready_result(task, result_id, payload["args"], payload["kwargs"],
-                             epoch_ms_to_datetime(message.published_at), payload["backend"])
+        # Checked as the worker checks it: a malformed payload is not a task that will run
+        # (the worker dead-letters it), and says why rather than failing on a field.
+        payload = parse_payload(decode_json(message.payload), message.topic)
+        task = load_task_path(payload.identity.task_path, result_id).using(
+            priority=payload.priority, queue_name=message.topic.split(".", 1)[1],
+            backend=payload.identity.backend)
+        if payload.run_after is not None:
+            task = task.using(run_after=payload.run_after)
+        return _ready_result(task, result_id, payload.args, payload.kwargs,
+                             epoch_ms_to_datetime(message.published_at), payload.identity.backend)
 
     def cancel(self, result_id: str, *, by: str = "") -> TaskCancellation:
         """Cancel a READY task: it never starts, and its result reads FAILED with a
