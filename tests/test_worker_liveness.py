@@ -82,6 +82,12 @@ def test_a_killed_workers_partitions_are_taken_over_within_two_seconds(workers):
         m.offset for m in messages]).count() == len(messages), timeout=5,
         what="the survivor handling the dead worker's partitions", watch=[a])
 
+    # Restarted under its name (a supervisor's restart), it need not wait out the dead
+    # process's 30-second lease: it starts once it sees that process's lock gone.
+    again = workers.start("live-b", "--topic", TOPIC, settings=LONG_LEASE)
+    wait_until(lambda: len(partitions_of("live-b")) == 2, timeout=SETTLE + 7,
+               what="the restarted worker taking its share", watch=[a, again])
+
 
 @needs_sessions
 def test_a_paused_worker_is_taken_over_only_after_its_lease_expires(workers):

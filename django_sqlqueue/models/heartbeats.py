@@ -29,16 +29,27 @@ class SubscriberHeartbeatManager(models.Manager["SubscriberHeartbeat"]):
         """Live workers per (consumer group, topic), in one query. ``judge_liveness``:
         a worker whose liveness lock no session holds any more is not counted, however
         fresh its heartbeat (PostgreSQL, MariaDB/MySQL)."""
-        rows = (self.using(using)
-                .filter(topic__in=list(topics), deregistered_at=0, heartbeat_at__gt=alive_after_ms))
+        rows = self._live(alive_after_ms, using, judge_liveness).filter(topic__in=list(topics))
+        counts = rows.values_list("consumer_group", "topic").annotate(
+            n=models.Count("subscriber_name"))
+        return {(group, topic): int(n) for group, topic, n in counts}
+
+    def name_in_use(self, name: str, alive_after_ms: int, using: str,
+                    judge_liveness: bool = False) -> bool:
+        """Whether a live worker runs under ``name`` (``judge_liveness``: as for
+        :meth:`active_counts`)."""
+        return self._live(alive_after_ms, using, judge_liveness).filter(
+            subscriber_name=name).exists()
+
+    def _live(self, alive_after_ms: int, using: str,
+              judge_liveness: bool) -> models.QuerySet[SubscriberHeartbeat]:
+        rows = self.using(using).filter(deregistered_at=0, heartbeat_at__gt=alive_after_ms)
         if judge_liveness:
             connection = connections[using]
             rows = rows.filter(RawSQL(  # noqa: S611 - constant SQL and a quoted column
                 alive_sql(connection, connection.ops.quote_name("liveness_token")), [],
                 output_field=models.BooleanField()))
-        counts = rows.values_list("consumer_group", "topic").annotate(
-            n=models.Count("subscriber_name"))
-        return {(group, topic): int(n) for group, topic, n in counts}
+        return rows
 
     def deregister(self, name: str, now_ms: int, using: str) -> int:
         return store_heartbeats.deregister(django_connection(using), name, now_ms=now_ms)

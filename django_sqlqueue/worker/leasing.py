@@ -63,11 +63,11 @@ class Leasing:
     # ----------------------------------------------------------------- lifecycle
 
     def name_in_use(self, now_ms: int) -> bool:
-        """Whether a live worker already runs under this worker's name."""
-        return SubscriberHeartbeat.objects.using(self.using).filter(
-            subscriber_name=self.worker_name, deregistered_at=0,
-            heartbeat_at__gt=now_ms - self.lease_ms,
-        ).exists()
+        """Whether a live worker already runs under this worker's name (one killed, whose
+        liveness lock is gone, does not: its replacement need not wait for its lease)."""
+        return SubscriberHeartbeat.objects.name_in_use(
+            self.worker_name, now_ms - self.lease_ms, self.using,
+            judge_liveness=self._judging())
 
     def prepare(self) -> None:
         """Record each subscribed topic's partition count, and each topic's named in
