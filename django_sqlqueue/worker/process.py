@@ -22,9 +22,9 @@ from django.db import connections
 
 from ..conf import get_settings
 from ..consuming.registry import Subscription
-from ..db import liveness as liveness_locks
 from ..db import notify
 from ..db.errors import is_disconnect, is_transient
+from ..db.liveness import fallback_reason
 from ..db.schema_state import is_missing_schema, not_migrated_line
 from ..db.vendor import has_row_locks
 from ..models import GroupControl, LogSequencer
@@ -109,10 +109,8 @@ class Worker:
         self.concurrency = concurrency
         # Prometheus metrics, when runqueueworker --metrics-port asked for them.
         self.metrics = metrics
-        # Why this worker is judged by its leases alone (None: it holds a liveness lock).
-        self.liveness_fallback = liveness_locks.fallback_reason(using)
         self.leasing = Leasing(self.name, using, subscriptions, conf.lease_duration,
-                               liveness=self.liveness_fallback is None)
+                               liveness=fallback_reason(using) is None)
         self.limits = LimitGate(self.leasing.token, int(conf.lease_duration * 1000), using,
                                 max_own=concurrency, sharers=self._sharers)
         self.dispatcher = Dispatcher(concurrency, self.wake, self.name, self.leasing.token,
@@ -160,7 +158,7 @@ class Worker:
         status: 0, or why it stopped early (see ``exit_reason``)."""
         log_start(name=self.name, using=self.using, concurrency=self.concurrency,
                   burst=self.burst, schedules=self.scheduler is not None,
-                  subscriptions=self.subscriptions, liveness=self.liveness_fallback is None)
+                  subscriptions=self.subscriptions, liveness=self.leasing.liveness is not None)
         with holding(self.leasing.liveness):
             return self._run()
 
