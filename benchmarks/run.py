@@ -5,6 +5,7 @@
     python benchmarks/run.py --only end_to_end --only latency --seconds 10
     python benchmarks/run.py --json benchmarks/results/latest.json
     python benchmarks/run.py --only tasks          # the Tasks backend vs django-tasks-db
+    python benchmarks/run.py --only recovery       # a worker killed and restarted
 
 The benchmarks use their own database (``sqlqueue_bench``, created when missing; for
 SQLite a ``sqlqueue_bench.sqlite3`` next to the configured file), migrate it, and empty
@@ -33,7 +34,7 @@ if str(REPO_ROOT) not in sys.path:
 
 NAMES = ["publish_single", "publish_many", "end_to_end", "latency", "latency_workers",
          "latency_notify", "idle_queries", "many_keys", "scale", "fleet", "admin_pages",
-         "tasks", "waiting", "schedules", "limits", "notify_volume"]
+         "tasks", "waiting", "schedules", "limits", "notify_volume", "recovery"]
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -80,6 +81,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--notify-seconds", type=float, default=120.0,
                         help="how long notify_volume's 8 threads publish while the listener's "
                              "backlog is sampled (PostgreSQL; default: 120)")
+    parser.add_argument("--recovery-rate", type=float, default=200.0,
+                        help="messages per second recovery publishes while one of its two "
+                             "workers is killed and restarted (default: 200)")
+    parser.add_argument("--recovery-seconds", type=float, default=60.0,
+                        help="how long recovery waits between the kill and the restart "
+                             "(default: 60)")
     parser.add_argument("--profile", action="store_true",
                         help="MariaDB/MySQL: also count the end_to_end workers' statements "
                              "by kind and table (adds a little overhead)")
@@ -88,7 +95,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     args = parser.parse_args(argv)
     if args.seconds <= 0 or args.messages < 1 or args.latency_seconds <= 0 \
             or args.idle_seconds <= 0 or args.scale_messages < 1 or args.scale_timeout <= 0 \
-            or args.tasks < 2 or args.baseline_tasks < 2 or args.notify_seconds <= 0:
+            or args.tasks < 2 or args.baseline_tasks < 2 or args.notify_seconds <= 0 \
+            or args.recovery_rate <= 0 or args.recovery_seconds <= 0:
         parser.error("durations and message counts must be positive")
     try:
         args.fleet_sizes = tuple(int(n) for n in args.fleet_sizes.split(","))
@@ -124,6 +132,7 @@ def main(argv: list[str] | None = None) -> int:
         admin_pages,
         latency,
         limits,
+        recovery,
         scaling,
         schedules,
         suite,
@@ -134,7 +143,8 @@ def main(argv: list[str] | None = None) -> int:
 
     benchmarks = {**suite.BENCHMARKS, **scaling.BENCHMARKS, **admin_pages.BENCHMARKS,
                   **tasks.BENCHMARKS, **waiting.BENCHMARKS, **schedules.BENCHMARKS,
-                  **limits.BENCHMARKS, **latency.BENCHMARKS, **wakeup.BENCHMARKS}
+                  **limits.BENCHMARKS, **latency.BENCHMARKS, **wakeup.BENCHMARKS,
+                  **recovery.BENCHMARKS}
 
     call_command("migrate", verbosity=0, interactive=False)
     meta = describe(db, args)
@@ -150,7 +160,8 @@ def main(argv: list[str] | None = None) -> int:
         admin_dead_letters=args.admin_dead_letters, task_count=args.tasks,
         baseline_task_count=args.baseline_tasks, waiting_messages=args.waiting,
         schedule_count=args.schedules, schedule_seconds=args.schedule_seconds,
-        notify_seconds=args.notify_seconds,
+        notify_seconds=args.notify_seconds, recovery_rate=args.recovery_rate,
+        recovery_seconds=args.recovery_seconds,
     )
     results: list[suite.Result] = []
     failures: list[str] = []

@@ -16,7 +16,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -105,6 +105,8 @@ class Context:
     schedule_count: int = 10_000  # run-time schedules stored (schedules benchmark)
     schedule_seconds: float = 30.0  # how long 300 of them fire
     notify_seconds: float = 120.0  # notify_volume: how long 8 threads publish
+    recovery_rate: float = 200.0  # recovery: messages published per second
+    recovery_seconds: float = 60.0  # recovery: from the kill to the restart
     workers: list[subprocess.Popen[bytes]] = field(default_factory=list)
     log: Callable[[str], None] = print
 
@@ -147,8 +149,10 @@ def percentile(sorted_values: list[float], p: float) -> float:
 
 
 def start_worker(ctx: Context, topic: str, tag: str,
-                 extra_env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
-    """``manage.py runqueueworker --group bench --topic <topic>`` in a child process."""
+                 extra_env: dict[str, str] | None = None,
+                 args: Sequence[str] = ()) -> subprocess.Popen[bytes]:
+    """``manage.py runqueueworker --group bench --topic <topic> <args>`` in a child
+    process."""
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(
         [str(REPO_ROOT), *filter(None, [os.environ.get("PYTHONPATH")])])
@@ -156,7 +160,8 @@ def start_worker(ctx: Context, topic: str, tag: str,
     env.update(extra_env or {})
     log = open(ctx.work_dir / f"worker-{tag}.log", "ab")  # noqa: SIM115 - owned by the child
     proc = subprocess.Popen(  # noqa: S603 - this interpreter, fixed arguments
-        [sys.executable, "-m", "django", "runqueueworker", "--group", "bench", "--topic", topic],
+        [sys.executable, "-m", "django", "runqueueworker", "--group", "bench", "--topic", topic,
+         *args],
         cwd=REPO_ROOT, env=env, stdout=log, stderr=subprocess.STDOUT,
     )
     log.close()

@@ -113,6 +113,7 @@ _RULES: list[tuple[str, str, Callable[[Any], bool], str]] = [
     ("TASK_MODULES", "sqlqueue.E058", _module_paths,
      "a list of dotted module paths, e.g. ['myproject.jobs']"),
     ("NOTIFY", "sqlqueue.E100", lambda value: isinstance(value, bool), "True or False"),
+    ("LIVENESS", "sqlqueue.E101", lambda value: isinstance(value, bool), "True or False"),
     ("METRICS_CACHE_SECONDS", "sqlqueue.E070", lambda value: is_seconds(value, zero=True, most=3600),
      "a number of seconds from 0 (read on every scrape) to 3600"),
     ("METRICS_TOKEN", "sqlqueue.E071", lambda value: value is None or _metrics_token(value),
@@ -254,6 +255,31 @@ def check_sqlite_transaction_mode(
                 + see("quickstart", "SQLite"),
                 id="sqlqueue.W002",
             ))
+    return warnings
+
+
+# A deployment check: SQLite projects (the demo, every test suite on SQLite) would otherwise
+# read it on every manage.py command, and nothing is wrong with them.
+@register("sqlqueue", deploy=True)
+def check_liveness(
+    app_configs: Sequence[AppConfig] | None = None, **kwargs: Any,
+) -> list[CheckMessage]:
+    """``W101`` for each database alias whose workers notice a killed worker only when its
+    lease expires (no liveness lock: SQLite, ``LIVENESS`` off, a transaction pooler)."""
+    from .db.liveness import fallback_reason
+
+    if not isinstance(raw_settings()["LIVENESS"], bool):
+        return []  # E101 comes first
+    hint = ("A worker killed there keeps its partitions for LEASE_DURATION "
+            f"({raw_settings()['LEASE_DURATION']!r} s). "
+            + see("consuming", "A killed worker's partitions"))
+    warnings: list[CheckMessage] = []
+    for alias in settings.DATABASES:
+        reason = fallback_reason(alias)
+        if reason is not None:
+            warnings.append(Warning(
+                f"Workers on DATABASES[{alias!r}] notice a killed worker by its lease "
+                f"alone: {reason}.", hint=hint, id="sqlqueue.W101", obj=f"DATABASES[{alias!r}]"))
     return warnings
 
 

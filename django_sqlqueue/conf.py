@@ -79,6 +79,11 @@ DEFAULTS: dict[str, Any] = {
     # of at their next poll (LISTEN/NOTIFY; one listener connection per worker). Ignored on
     # other databases. False: polling only.
     "NOTIFY": True,
+    # PostgreSQL and MariaDB/MySQL: each worker holds a lock on a connection of its own,
+    # which the server releases when the worker's process dies, so the other workers take
+    # its partitions at once instead of after LEASE_DURATION. False: leases alone (as on
+    # SQLite, which has no server session).
+    "LIVENESS": True,
 }
 
 MAX_PARTITIONS = 4096  # per topic; lease rows, watermarks and fair share count partitions
@@ -127,6 +132,7 @@ class QueueSettings:
     schedules: dict[str, dict[str, Any]]
     task_modules: list[str]
     notify: bool
+    liveness: bool
 
     def partitions_for(self, topic: str) -> int:
         """The partition count configured for ``topic`` (the recorded count wins once a

@@ -13,6 +13,7 @@ from django.test import override_settings
 
 from django_sqlqueue.checks import (
     check_database_isolation,
+    check_liveness,
     check_settings,
     check_sqlite_transaction_mode,
     check_task_backends,
@@ -135,6 +136,8 @@ def test_check_errors_are_errors_not_warnings():
         ("ARCHIVE_BEFORE_GC", "yes", "sqlqueue.E060"),
         ("NOTIFY", "yes", "sqlqueue.E100"),
         ("NOTIFY", None, "sqlqueue.E100"),
+        ("LIVENESS", "yes", "sqlqueue.E101"),
+        ("LIVENESS", 1, "sqlqueue.E101"),
         ("TASK_MODULES", "myproject.jobs", "sqlqueue.E058"),
         ("TASK_MODULES", ["myproject/jobs.py"], "sqlqueue.E058"),
         ("TASK_MODULES", [None], "sqlqueue.E058"),
@@ -380,6 +383,46 @@ def test_sqlite_with_immediate_transactions_passes():
         check_sqlite_transaction_mode, "django.db.backends.sqlite3",
         {"transaction_mode": "IMMEDIATE"},
     ) == []
+
+
+def liveness_warnings(engine: str, *, liveness: object = True, **config: object) -> list[str]:
+    databases = {"default": {"ENGINE": engine, "NAME": "x", **config}}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # "Overriding setting DATABASES ..."
+        with override_settings(DATABASES=databases, SQLQUEUE={"LIVENESS": liveness}):
+            return [f"{message.id} {message.msg}" for message in check_liveness()]
+
+
+@pytest.mark.parametrize("engine", ["django.db.backends.postgresql", "django.db.backends.mysql"])
+def test_workers_holding_a_liveness_lock_pass(engine):
+    assert liveness_warnings(engine) == []
+
+
+def test_sqlite_is_w101_as_its_workers_have_leases_alone():
+    [warning] = liveness_warnings("django.db.backends.sqlite3")
+    assert warning.startswith("sqlqueue.W101 ") and "SQLite has no server session" in warning
+
+
+@pytest.mark.parametrize("engine", ["django.db.backends.postgresql", "django.db.backends.mysql"])
+def test_liveness_turned_off_is_w101(engine):
+    [warning] = liveness_warnings(engine, liveness=False)
+    assert "SQLQUEUE['LIVENESS'] is False" in warning
+
+
+def test_a_postgresql_alias_set_up_for_a_transaction_pooler_is_w101():
+    [warning] = liveness_warnings("django.db.backends.postgresql",
+                                  DISABLE_SERVER_SIDE_CURSORS=True)
+    assert "transaction pooler" in warning
+
+
+def test_liveness_is_a_deployment_check():
+    sqlite = {"default": {"ENGINE": "django.db.backends.sqlite3", "NAME": "x"}}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        with override_settings(DATABASES=sqlite):
+            assert "sqlqueue.W101" not in [m.id for m in run_checks(tags=["sqlqueue"])]
+            assert "sqlqueue.W101" in [m.id for m in run_checks(
+                tags=["sqlqueue"], include_deployment_checks=True)]
 
 
 @pytest.mark.django_db  # Django's own model checks ask SQLite whether it has JSON1

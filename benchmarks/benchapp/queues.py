@@ -10,6 +10,10 @@ ever handled one partition at the same time.
 key to the file named in ``SQLQUEUE_BENCH_WAITING_LOG``; in ``waiting_strict`` (strict mode)
 a message with ``{"fail": true}`` fails on every attempt.
 
+``recovery``: appends ``partition offset pid start attempt published`` to a file of its
+own process in ``SQLQUEUE_BENCH_RECOVERY_DIR`` (a killed worker's file keeps what it wrote
+before the kill), ``published`` being the payload's ``t``.
+
 ``latency``: records (offset, time.time() at handler start) by appending one line to the
 file named in ``SQLQUEUE_BENCH_LATENCY_LOG``. A local file append, not a database write,
 so the measurement adds no load to the database under test.
@@ -107,3 +111,13 @@ def record_latency_with_worker(message: sqlqueue.Message) -> None:
     received = time.time()
     append_line(os.environ.get("SQLQUEUE_BENCH_LATENCY_LOG"),
                 f"{message.offset} {received:.6f} {os.getpid()}")
+
+
+@sqlqueue.subscriber("recovery", group="bench")
+def record_recovery_run(message: sqlqueue.Message) -> None:
+    began = time.time()
+    folder = os.environ.get("SQLQUEUE_BENCH_RECOVERY_DIR")
+    published = message.payload.get("t", 0.0) if isinstance(message.payload, dict) else 0.0
+    append_line(folder and os.path.join(folder, f"{os.getpid()}.log"),
+                f"{message.partition} {message.offset} {os.getpid()} {began:.6f} "
+                f"{message.attempt} {published:.6f}")

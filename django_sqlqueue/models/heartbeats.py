@@ -2,8 +2,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from django.db import models
+from django.db import connections, models
+from django.db.models.expressions import RawSQL
 
+from ..db.liveness import alive_sql
 from ..store import heartbeats as store_heartbeats
 from ..store.connection import django_connection
 from .fields import GROUP_LENGTH, SUBSCRIBER_NAME_LENGTH, TOPIC_LENGTH
@@ -17,19 +19,37 @@ class SubscriberHeartbeatManager(models.Manager["SubscriberHeartbeat"]):
         store_heartbeats.beat(django_connection(using), group, topic, name, now_ms)
 
     def beat_many(self, subscriptions: Sequence[tuple[str, str]], name: str, now_ms: int,
-                  using: str) -> None:
+                  using: str, liveness_token: str = "") -> None:
         """The heartbeats of one worker's subscriptions, in one statement per 200."""
-        store_heartbeats.beat_many(django_connection(using), subscriptions, name, now_ms)
+        store_heartbeats.beat_many(django_connection(using), subscriptions, name, now_ms,
+                                   liveness_token)
 
-    def active_counts(self, topics: Sequence[str], alive_after_ms: int,
-                      using: str) -> dict[tuple[str, str], int]:
-        """Live workers per (consumer group, topic), in one query."""
-        rows = (
-            self.using(using)
-            .filter(topic__in=list(topics), deregistered_at=0, heartbeat_at__gt=alive_after_ms)
-            .values_list("consumer_group", "topic").annotate(n=models.Count("subscriber_name"))
-        )
-        return {(group, topic): int(n) for group, topic, n in rows}
+    def active_counts(self, topics: Sequence[str], alive_after_ms: int, using: str,
+                      judge_liveness: bool = False) -> dict[tuple[str, str], int]:
+        """Live workers per (consumer group, topic), in one query. ``judge_liveness``:
+        a worker whose liveness lock no session holds any more is not counted, however
+        fresh its heartbeat (PostgreSQL, MariaDB/MySQL)."""
+        rows = self._live(alive_after_ms, using, judge_liveness).filter(topic__in=list(topics))
+        counts = rows.values_list("consumer_group", "topic").annotate(
+            n=models.Count("subscriber_name"))
+        return {(group, topic): int(n) for group, topic, n in counts}
+
+    def name_in_use(self, name: str, alive_after_ms: int, using: str,
+                    judge_liveness: bool = False) -> bool:
+        """Whether a live worker runs under ``name`` (``judge_liveness``: as for
+        :meth:`active_counts`)."""
+        return self._live(alive_after_ms, using, judge_liveness).filter(
+            subscriber_name=name).exists()
+
+    def _live(self, alive_after_ms: int, using: str,
+              judge_liveness: bool) -> models.QuerySet[SubscriberHeartbeat]:
+        rows = self.using(using).filter(deregistered_at=0, heartbeat_at__gt=alive_after_ms)
+        if judge_liveness:
+            connection = connections[using]
+            rows = rows.filter(RawSQL(  # noqa: S611 - constant SQL and a quoted column
+                alive_sql(connection, connection.ops.quote_name("liveness_token")), [],
+                output_field=models.BooleanField()))
+        return rows
 
     def deregister(self, name: str, now_ms: int, using: str) -> int:
         return store_heartbeats.deregister(django_connection(using), name, now_ms=now_ms)
@@ -84,6 +104,9 @@ class SubscriberHeartbeat(models.Model):
     subscriber_name = models.CharField(max_length=SUBSCRIBER_NAME_LENGTH)
     heartbeat_at = models.BigIntegerField(default=0)  # epoch ms, database clock
     deregistered_at = models.BigIntegerField(default=0)  # 0 = active
+    # The worker process's token while it holds a liveness lock named after it: a live
+    # worker whose lock nobody holds any more is dead, fresh heartbeat or not.
+    liveness_token = models.CharField(max_length=32, blank=True, db_default="")
 
     objects = SubscriberHeartbeatManager()
 

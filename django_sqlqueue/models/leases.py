@@ -7,6 +7,7 @@ from django.db import connections, models, transaction
 
 from ..db import sql as sqlb
 from ..db import vendor
+from ..db.liveness import dead_holder_sql
 from .fields import GROUP_LENGTH, KEY_LENGTH, SUBSCRIBER_NAME_LENGTH, TOPIC_LENGTH
 from .partitioned import PartitionRowsManager
 
@@ -124,22 +125,26 @@ class PartitionLeaseManager(PartitionRowsManager):
             )
 
     def claimable(self, group: str, topic: str, stale_before_ms: int, limit: int,
-                  using: str) -> list[str]:
-        """Lock up to ``limit`` free or stale partitions (in a transaction), key order."""
+                  using: str, judge_liveness: bool = False) -> list[str]:
+        """Lock up to ``limit`` free or stale partitions (in a transaction), key order.
+        ``judge_liveness``: also those whose holder's liveness lock nobody holds."""
         connection = connections[using]
         q = sqlb.quoter(connection)
         return [r[0] for r in sqlb.fetch_all(
             connection,
             f"SELECT {q('partition_key')} FROM {q('queue_partition_leases')} "  # noqa: S608 - names quoted, values bound
             f"WHERE {q('consumer_group')} = %s AND {q('topic')} = %s "
-            f"AND ({q('leased_by')} = '' OR {q('lease_renewed_at')} < %s) "
+            f"AND {_claimable_sql(connection, judge_liveness)} "
             f"ORDER BY {q('partition_key')} LIMIT %s" + vendor.skip_locked_sql(connection),
             [group, topic, stale_before_ms, limit],
         )]
 
     def take(self, group: str, topic: str, keys: Sequence[str], worker: str, token: str,
-             stale_before_ms: int, now_ms: int, using: str) -> None:
-        """Take over locked, claimable partitions; a new generation fences the old owner."""
+             stale_before_ms: int, now_ms: int, using: str, *, judge_liveness: bool = False,
+             liveness_token: str = "") -> None:
+        """Take over locked, claimable partitions; a new generation fences the old owner,
+        whether its lease expired or its process is gone (``judge_liveness``, see
+        :meth:`claimable`). ``liveness_token``: the taker's own, while it holds its lock."""
         if not keys:
             return
         connection = connections[using]
@@ -149,12 +154,12 @@ class PartitionLeaseManager(PartitionRowsManager):
             f"UPDATE {sqlb.locked_table(connection, 'queue_partition_leases')} "  # noqa: S608 - names quoted, values bound
             f"SET {q('leased_by')} = %s, {q('lease_token')} = %s, "
             f"{q('leased_at')} = %s, {q('lease_renewed_at')} = %s, "
-            f"{q('generation')} = {q('generation')} + 1 "
+            f"{q('generation')} = {q('generation')} + 1, {q('liveness_token')} = %s "
             f"WHERE {q('consumer_group')} = %s AND {q('topic')} = %s "
             f"AND {q('partition_key')} IN ({sqlb.placeholders(len(keys))}) "
-            f"AND ({q('leased_by')} = '' OR {q('lease_renewed_at')} < %s)",
-            [worker[:SUBSCRIBER_NAME_LENGTH], token, now_ms, now_ms, group, topic, *keys,
-             stale_before_ms],
+            f"AND {_claimable_sql(connection, judge_liveness)}",
+            [worker[:SUBSCRIBER_NAME_LENGTH], token, now_ms, now_ms, liveness_token, group,
+             topic, *keys, stale_before_ms],
         )
 
     def owned(self, group: str, topic: str, worker: str, token: str,
@@ -178,7 +183,7 @@ class PartitionLeaseManager(PartitionRowsManager):
         return owned
 
     def adopt(self, group: str, topic: str, keys: Sequence[str], worker: str, token: str,
-              using: str) -> int:
+              using: str, liveness_token: str = "") -> int:
         """Start a new generation of leases this process holds but did not know it held
         (a take whose follow-up read failed): nothing delivered under the old generation
         may be acked or extended under the new one."""
@@ -189,14 +194,15 @@ class PartitionLeaseManager(PartitionRowsManager):
         return sqlb.execute(
             connection,
             f"UPDATE {sqlb.locked_table(connection, 'queue_partition_leases')} "  # noqa: S608 - names quoted, values bound
-            f"SET {q('generation')} = {q('generation')} + 1 "
+            f"SET {q('generation')} = {q('generation')} + 1, {q('liveness_token')} = %s "
             f"WHERE {q('consumer_group')} = %s AND {q('topic')} = %s "
             f"AND {q('partition_key')} IN ({sqlb.placeholders(len(keys))}) "
             f"AND {q('leased_by')} = %s AND {q('lease_token')} = %s",
-            [group, topic, *keys, worker, token],
+            [liveness_token, group, topic, *keys, worker, token],
         )
 
-    def renew(self, worker: str, token: str, now_ms: int, using: str) -> set[tuple[str, str, str]]:
+    def renew(self, worker: str, token: str, now_ms: int, using: str,
+              liveness_token: str = "") -> set[tuple[str, str, str]]:
         """Renew every lease this worker process holds and no other transaction locks;
         return the (group, topic, partition) of those renewed.
 
@@ -206,7 +212,8 @@ class PartitionLeaseManager(PartitionRowsManager):
         over, so that one held row never stops the renewal of the others: the rows are
         found with a plain read, then locked by primary key skipping held ones (InnoDB
         waits for a row held elsewhere when it reaches it through another index), and
-        only those are updated."""
+        only those are updated. Each renewed row gets ``liveness_token``: the worker's
+        token while it holds its liveness lock, else '' (judged by the lease alone)."""
         connection = connections[using]
         q = sqlb.quoter(connection)
         mine: dict[tuple[str, str], list[str]] = {}
@@ -240,8 +247,9 @@ class PartitionLeaseManager(PartitionRowsManager):
                 sqlb.execute(
                     connection,
                     f"UPDATE {sqlb.locked_table(connection, 'queue_partition_leases')} "  # noqa: S608 - names quoted, values bound
-                    f"SET {q('lease_renewed_at')} = %s WHERE ({where}) AND {owner}",
-                    [now_ms, *params, worker, token],
+                    f"SET {q('lease_renewed_at')} = %s, {q('liveness_token')} = %s "
+                    f"WHERE ({where}) AND {owner}",
+                    [now_ms, liveness_token, *params, worker, token],
                 )
                 renewed.update(locked)
         return renewed
@@ -256,7 +264,7 @@ class PartitionLeaseManager(PartitionRowsManager):
         return sqlb.execute(
             connection,
             f"UPDATE {sqlb.locked_table(connection, 'queue_partition_leases')} "  # noqa: S608 - names quoted, values bound
-            f"SET {q('leased_by')} = '', {q('lease_token')} = '', "
+            f"SET {q('leased_by')} = '', {q('lease_token')} = '', {q('liveness_token')} = '', "
             f"{q('lease_renewed_at')} = 0 WHERE {q('consumer_group')} = %s AND {q('topic')} = %s "
             f"AND {q('leased_by')} = %s AND {q('lease_token')} = %s "
             f"AND ({q('partition_key')}, {q('generation')}) IN "
@@ -289,6 +297,10 @@ class PartitionLease(models.Model):
     lease_renewed_at = models.BigIntegerField(default=0)  # epoch ms, database clock
     generation = models.BigIntegerField(default=0)
     lease_token = models.CharField(max_length=32, blank=True, db_default="")
+    # The holder's token again when its process holds a liveness lock named after it
+    # (see django_sqlqueue.db.liveness): once no session holds that lock, the holder is
+    # gone and the lease may be taken at once. Empty: judged by the lease alone.
+    liveness_token = models.CharField(max_length=32, blank=True, db_default="")
     # Bumped by every cancellation of a message of the partition, under this row's lock:
     # the owner reads it with its fence and rebuilds its window when it moved.
     cancellations = models.BigIntegerField(db_default=0)
@@ -306,6 +318,17 @@ class PartitionLease(models.Model):
 
     def __str__(self) -> str:
         return f"{self.consumer_group}:{self.topic}/{self.partition_key} -> {self.leased_by or '-'}"
+
+
+def _claimable_sql(connection: Any, judge_liveness: bool) -> str:
+    """The condition of a lease another worker may take (one ``%s``: stale before, ms):
+    free, expired, or (``judge_liveness``) held by a process whose liveness lock nobody
+    holds any more. Taking it is the same either way: a new generation fences the old
+    holder."""
+    q = sqlb.quoter(connection)
+    dead = (" OR " + dead_holder_sql(connection, q("liveness_token"), q("lease_token"))
+            if judge_liveness else "")
+    return f"({q('leased_by')} = '' OR {q('lease_renewed_at')} < %s{dead})"
 
 
 def _rows_where(connection: Any, rows: Sequence[tuple[str, str, str]]) -> tuple[str, list[str]]:

@@ -30,21 +30,24 @@ BEATS_PER_STATEMENT = 200
 
 
 def beat_many(conn: Connection, subscriptions: Sequence[tuple[str, str]], name: str,
-              now_ms: int | None = None) -> None:
+              now_ms: int | None = None, liveness_token: str = "") -> None:
     """:func:`beat` for each (group, topic) of ``subscriptions``, one statement per 200:
     a worker's heartbeats cost the same statement however many subscriptions it runs.
-    Rows are written in key order, so two writers never wait on each other in a ring."""
+    Rows are written in key order, so two writers never wait on each other in a ring.
+    ``liveness_token``: the worker's token while it holds its liveness lock, else ''."""
     q = conn.q
     now, now_params = _time_sql(conn, now_ms)
     tail = sqlb.on_conflict_update(conn, "queue_subscriber_heartbeats", _KEY,
-                                   {"heartbeat_at": "{new}", "deregistered_at": "0"})
+                                   {"heartbeat_at": "{new}", "deregistered_at": "0",
+                                    "liveness_token": "{new}"})
     subscriber = name[:SUBSCRIBER_NAME_LENGTH]
     for batch in sqlb.chunks(sorted(set(subscriptions)), BEATS_PER_STATEMENT):
         conn.execute(
             f"INSERT INTO {q('queue_subscriber_heartbeats')} ({', '.join(q(c) for c in _KEY)}, "  # noqa: S608 - names quoted, values bound
-            f"{q('heartbeat_at')}, {q('deregistered_at')}) VALUES "
-            + ", ".join([f"(%s, %s, %s, {now}, 0)"] * len(batch)) + tail,
-            [v for group, topic in batch for v in (group, topic, subscriber, *now_params)],
+            f"{q('heartbeat_at')}, {q('deregistered_at')}, {q('liveness_token')}) VALUES "
+            + ", ".join([f"(%s, %s, %s, {now}, 0, %s)"] * len(batch)) + tail,
+            [v for group, topic in batch
+             for v in (group, topic, subscriber, *now_params, liveness_token)],
         )
 
 

@@ -2,7 +2,9 @@
 
 Every renew interval a worker heartbeats, renews all its leases in one statement, counts
 the group's live workers, and moves towards its fair share ``ceil(partitions / workers)``:
-it takes free or stale partitions when below it, and when above it drains the excess
+it takes free or stale partitions when below it (and, on PostgreSQL and MariaDB/MySQL,
+those of a worker whose process is gone: see :mod:`.liveness`, which also keeps such a
+worker out of the count), and when above it drains the excess
 (stops fetching, lets in-flight handlers finish) and then releases it. Excess is chosen
 deterministically (the highest partition numbers), so repeated rebalances do not shuffle
 partitions. A topic has a fixed number of partitions, so a group has exactly that many
@@ -17,14 +19,16 @@ import time
 import uuid
 from collections.abc import Callable, Iterable
 
-from django.db import transaction
+from django.db import connections, transaction
 
 from ..cancelling import skip_cancelled
 from ..consuming.registry import Subscription
+from ..db import liveness as liveness_locks
 from ..logtext import number_ranges
 from ..models import ConsumerOffset, PartitionLease, SubscriberHeartbeat, Topic
 from ..partitioning import partition_names
 from ..sequencing import partition_counts, record_configured_topics
+from .liveness import LivenessLock
 from .partitions import Ident, Partition
 
 logger = logging.getLogger("django_sqlqueue.worker")
@@ -32,11 +36,16 @@ logger = logging.getLogger("django_sqlqueue.worker")
 
 class Leasing:
     def __init__(self, worker_name: str, using: str, subscriptions: list[Subscription],
-                 lease_duration: float) -> None:
+                 lease_duration: float, liveness: bool = False) -> None:
         self.worker_name = worker_name
         # Unique to this process: a worker paused past its lease and its replacement under
         # the same name are two owners to the lease table, never one.
         self.token = uuid.uuid4().hex
+        # The lock that tells other workers at once when this process is gone, and lets it
+        # tell when theirs are (see .liveness); None: leases alone.
+        self.liveness = LivenessLock(self.token, using) if liveness else None
+        self._liveness_seen = (-1, False)  # (the lock's changes, seen held) when last asked
+        self._liveness_advertised = 0  # the lock's changes when maintain last wrote it
         self.using = using
         self.subscriptions = subscriptions
         self.lease_seconds = lease_duration
@@ -54,11 +63,11 @@ class Leasing:
     # ----------------------------------------------------------------- lifecycle
 
     def name_in_use(self, now_ms: int) -> bool:
-        """Whether a live worker already runs under this worker's name."""
-        return SubscriberHeartbeat.objects.using(self.using).filter(
-            subscriber_name=self.worker_name, deregistered_at=0,
-            heartbeat_at__gt=now_ms - self.lease_ms,
-        ).exists()
+        """Whether a live worker already runs under this worker's name (one killed, whose
+        liveness lock is gone, does not: its replacement need not wait for its lease)."""
+        return SubscriberHeartbeat.objects.name_in_use(
+            self.worker_name, now_ms - self.lease_ms, self.using,
+            judge_liveness=self._judging())
 
     def prepare(self) -> None:
         """Record each subscribed topic's partition count, and each topic's named in
@@ -93,13 +102,18 @@ class Leasing:
 
     def maintain(self, now_ms: int, acquire: bool = True) -> None:
         """Heartbeat, renew, rebalance and acquire: the renew-interval work."""
+        if self.liveness is not None:
+            self._liveness_advertised = self.liveness.changes
+        liveness_token = self._liveness_token()
         SubscriberHeartbeat.objects.beat_many(
-            [(s.group, s.topic) for s in self.subscriptions], self.worker_name, now_ms, self.using
+            [(s.group, s.topic) for s in self.subscriptions], self.worker_name, now_ms,
+            self.using, liveness_token,
         )
         # Leases confirmed below are surely ours until this moment plus a lease: taken
         # before the renewal was sent, so a slow round trip only shortens it.
         renewing_at = time.monotonic()
-        renewed = PartitionLease.objects.renew(self.worker_name, self.token, now_ms, self.using)
+        renewed = PartitionLease.objects.renew(self.worker_name, self.token, now_ms, self.using,
+                                               liveness_token)
         # A topic repartitioned by an operator gets lease rows for its new partitions.
         self._ensure_partitions(Topic.objects.partition_counts(list(self.counts), self.using))
         live = self._live_workers(now_ms)
@@ -121,6 +135,11 @@ class Leasing:
             live.get((s.group, s.topic), 0) != self.last_counts.get((s.group, s.topic), (0, 0))[1]
             for s in self.subscriptions
         )
+
+    def liveness_changed(self) -> bool:
+        """Whether this worker's liveness lock was taken or lost since its lease rows and
+        heartbeats last said so (the next maintain should, without waiting a renewal)."""
+        return self.liveness is not None and self.liveness.changes != self._liveness_advertised
 
     def below_share(self) -> bool:
         for subscription in self.subscriptions:
@@ -199,10 +218,36 @@ class Leasing:
         )
 
     def _count_live_workers(self, now_ms: int) -> dict[tuple[str, str], int]:
-        """Live workers per (group, topic) of this worker's subscriptions, in one query."""
+        """Live workers per (group, topic) of this worker's subscriptions, in one query.
+        A worker whose liveness lock is gone is not one, however fresh its heartbeat: the
+        others then share its partitions at once."""
         return SubscriberHeartbeat.objects.active_counts(
-            sorted({s.topic for s in self.subscriptions}), now_ms - self.lease_ms, self.using
+            sorted({s.topic for s in self.subscriptions}), now_ms - self.lease_ms, self.using,
+            judge_liveness=self._judging(),
         )
+
+    def _liveness_token(self) -> str:
+        """This process's token while it holds its liveness lock and its own connection
+        sees it held (as the other workers will), else '': what its lease rows and
+        heartbeats say. Seen from here once per change of the lock (one query)."""
+        lock = self.liveness
+        if lock is None or not lock.held():
+            return ""
+        changes = lock.changes
+        if self._liveness_seen[0] != changes:
+            seen = liveness_locks.seen_held(connections[self.using], self.token)
+            if not seen:
+                logger.warning("liveness lock not seen from the worker's own connection (is "
+                               "the liveness connection on another server?); judged by its "
+                               "lease alone")
+            self._liveness_seen = (changes, seen)
+        return self.token if self._liveness_seen[1] else ""
+
+    def _judging(self) -> bool:
+        """Whether to judge other workers by their liveness locks: only while this worker's
+        own has been held, and seen, for a while (see .liveness)."""
+        return (self.liveness is not None and self.liveness.settled()
+                and self._liveness_token() != "")
 
     def _live_workers(self, now_ms: int) -> dict[tuple[str, str], int] | None:
         try:
@@ -243,7 +288,7 @@ class Leasing:
         if not unknown:
             return
         PartitionLease.objects.adopt(group, topic, unknown, self.worker_name, self.token,
-                                     self.using)
+                                     self.using, self._liveness_token())
         owned = PartitionLease.objects.owned(group, topic, self.worker_name, self.token,
                                              self.using)
         for number in unknown:
@@ -279,9 +324,10 @@ class Leasing:
         group, topic = subscription.group, subscription.topic
         stale_before = now_ms - self.lease_ms
         taking_at = time.monotonic()
+        judging = self._judging()
         with transaction.atomic(using=self.using):
             numbers = PartitionLease.objects.claimable(group, topic, stale_before, want,
-                                                       self.using)
+                                                       self.using, judging)
             # Never re-take a partition this worker is still draining, nor one the topic
             # no longer has (see _ensure_partitions).
             count = self.counts.get(topic, 0)
@@ -293,7 +339,9 @@ class Leasing:
             if not numbers:
                 return []
             PartitionLease.objects.take(group, topic, numbers, self.worker_name, self.token,
-                                        stale_before, now_ms, self.using)
+                                        stale_before, now_ms, self.using,
+                                        judge_liveness=judging,
+                                        liveness_token=self._liveness_token())
         owned = PartitionLease.objects.owned(group, topic, self.worker_name, self.token,
                                              self.using)
         taken = []

@@ -17,18 +17,19 @@ logger = logging.getLogger("django_sqlqueue.worker")
 
 
 def log_start(*, name: str, using: str, concurrency: int, burst: bool, schedules: bool,
-              subscriptions: Sequence[Subscription]) -> None:
+              subscriptions: Sequence[Subscription], liveness: bool = False) -> None:
     """``worker started`` with its name, database alias and vendor, concurrency, mode,
-    the @subscriber subscriptions (``topic:group``) and the task queues."""
+    whether it holds a liveness lock (``lock``) or is judged by its leases alone
+    (``lease``), the @subscriber subscriptions (``topic:group``) and the task queues."""
     queues = sorted(s.topic[len(TASK_TOPIC_PREFIX):] for s in subscriptions
                     if _is_task_queue(s.group, s.topic))
     handlers = [f"{s.topic}:{s.group}" for s in subscriptions
                 if not _is_task_queue(s.group, s.topic)]
     logger.info(
         "worker started name=%s database=%s vendor=%s concurrency=%s burst=%s schedules=%s "
-        "subscriptions=%s queues=%s",
+        "liveness=%s subscriptions=%s queues=%s",
         name, using, connections[using].vendor, concurrency,
-        "yes" if burst else "no", "yes" if schedules else "no",
+        "yes" if burst else "no", "yes" if schedules else "no", "lock" if liveness else "lease",
         ",".join(handlers) or "-", ",".join(queues) or "-",
     )
 

@@ -24,6 +24,7 @@ from ..conf import get_settings
 from ..consuming.registry import Subscription
 from ..db import notify
 from ..db.errors import is_disconnect, is_transient
+from ..db.liveness import fallback_reason
 from ..db.schema_state import is_missing_schema, not_migrated_line
 from ..db.vendor import has_row_locks
 from ..models import GroupControl, LogSequencer
@@ -43,6 +44,7 @@ from .isolation import Batch, Isolation
 from .leasing import Leasing
 from .lifecycle_log import log_start
 from .limits import LimitGate
+from .liveness import holding
 from .outcomes import Outcome
 from .partitions import Ident, Partition
 from .results import CycleResult, touched_by_failed_cycle
@@ -107,7 +109,8 @@ class Worker:
         self.concurrency = concurrency
         # Prometheus metrics, when runqueueworker --metrics-port asked for them.
         self.metrics = metrics
-        self.leasing = Leasing(self.name, using, subscriptions, conf.lease_duration)
+        self.leasing = Leasing(self.name, using, subscriptions, conf.lease_duration,
+                               liveness=fallback_reason(using) is None)
         self.limits = LimitGate(self.leasing.token, int(conf.lease_duration * 1000), using,
                                 max_own=concurrency, sharers=self._sharers)
         self.dispatcher = Dispatcher(concurrency, self.wake, self.name, self.leasing.token,
@@ -155,7 +158,11 @@ class Worker:
         status: 0, or why it stopped early (see ``exit_reason``)."""
         log_start(name=self.name, using=self.using, concurrency=self.concurrency,
                   burst=self.burst, schedules=self.scheduler is not None,
-                  subscriptions=self.subscriptions)
+                  subscriptions=self.subscriptions, liveness=self.leasing.liveness is not None)
+        with holding(self.leasing.liveness):
+            return self._run()
+
+    def _run(self) -> int:
         with stop_on_signals(self.stop, self.conf.shutdown_grace):
             while self._seen_head is None and not self.stopping.is_set():
                 delay = self._step("start", self._start)
@@ -245,7 +252,7 @@ class Worker:
             head, pending = sequence_backlog(head, self.using, self.name, wait=self._idle())
         now = time.monotonic()
         now_ms = self.clock.now_ms()
-        if now >= self._next_maintain:
+        if now >= self._next_maintain or self.leasing.liveness_changed():
             self._maintain(now, now_ms)
         elif now >= self._next_acquire and not self.stopping.is_set():
             # Between renewals, once per ACQUIRE_INTERVAL: rebalance early when workers

@@ -3,7 +3,9 @@ partitions recorded with their lease rows.
 
 Two live workers under one name would share leases. A worker restarted after a crash
 finds its previous self's heartbeat still fresh: it waits for that lease to go stale,
-and refuses to start if the name is still in use after it.
+and refuses to start if the name is still in use after it. Where workers hold liveness
+locks, it waits only until its own lock has settled and it sees its previous self's gone
+(a few seconds).
 """
 
 from __future__ import annotations
