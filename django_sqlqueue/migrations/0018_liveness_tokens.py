@@ -12,7 +12,7 @@ class Migration(migrations.Migration):
     atomic = False  # MySQL cannot roll back DDL anyway (see 0002)
 
     dependencies = [
-        ("django_sqlqueue", "0016_schedule_reasons"),
+        ("django_sqlqueue", "0017_limit_slot_turns"),
     ]
 
     operations = [
