@@ -12,6 +12,7 @@ from typing import Any, NoReturn
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db import connections
 
+from django_sqlqueue.conf import queue_database
 from django_sqlqueue.consuming.registry import Subscription, autodiscover, subscriptions
 from django_sqlqueue.exceptions import ConfigurationError
 from django_sqlqueue.metrics import MISSING as METRICS_MISSING
@@ -68,8 +69,10 @@ class Command(BaseCommand):
         parser.add_argument("--no-schedules", action="store_true",
                             help="Do not fire recurring schedules here (by default every "
                                  "worker may fire them; each tick still fires once).")
-        parser.add_argument("--database", default="default",
-                            help="Database alias holding the queue tables (default: default).")
+        parser.add_argument("--database", default=None,
+                            help="Database alias holding the queue tables (default: "
+                                 "SQLQUEUE['DATABASE'], or where DATABASE_ROUTERS send the "
+                                 "app: normally 'default').")
         parser.add_argument("--metrics-port", default=None, metavar="PORT",
                             help="Serve Prometheus metrics of this worker on PORT (needs the "
                                  "'metrics' extra).")
@@ -81,7 +84,7 @@ class Command(BaseCommand):
     def execute(self, *args: Any, **options: Any) -> Any:
         # The system checks query the database: a worker started while the database
         # restarts (a supervisor restarting everything at once) waits for it first.
-        alias = options.get("database") or "default"
+        alias = options.get("database") or queue_database()
         if alias in connections:
             _configure_logging(int(options.get("verbosity", 1)))
             try:
@@ -92,6 +95,7 @@ class Command(BaseCommand):
         return super().execute(*args, **options)
 
     def handle(self, *args: Any, **options: Any) -> None:
+        options["database"] = options["database"] or queue_database()
         concurrency = _check_options(options)
         name = options["name"] or default_worker_name()
         selected = _select(options, name)

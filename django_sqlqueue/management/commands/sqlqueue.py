@@ -17,7 +17,7 @@ from django.db import DatabaseError, connections
 
 from django_sqlqueue import operations as ops
 from django_sqlqueue.cancelling import cancel
-from django_sqlqueue.conf import MAX_PARTITIONS, get_settings
+from django_sqlqueue.conf import MAX_PARTITIONS, get_settings, queue_database
 from django_sqlqueue.consuming.registry import autodiscover, subscriptions
 from django_sqlqueue.db.schema_state import (
     NotMigrated,
@@ -92,11 +92,13 @@ class Command(BaseCommand):
         for name, text in SUBCOMMANDS.items():
             subparser = subparsers.add_parser(name, help=text, description=text)
             getattr(self, f"add_{name.replace('-', '_')}_arguments")(subparser)
-            subparser.add_argument("--database", default="default",
-                                   help="Database alias holding the queue tables (default: default).")
+            subparser.add_argument("--database", default=None,
+                                   help="Database alias holding the queue tables (default: "
+                                        "SQLQUEUE['DATABASE'], normally 'default').")
             _errors_in_one_line(subparser, f"sqlqueue {name}")
 
     def handle(self, *args: Any, **options: Any) -> None:
+        options["database"] = options["database"] or queue_database()
         if options["database"] not in connections:
             raise CommandError(f"unknown database alias {options['database']!r}",
                                returncode=USAGE_ERROR)
