@@ -28,13 +28,14 @@ from django_sqlqueue.db.errors import is_refusal, is_unreachable
 from django_sqlqueue.worker.faults import DatabaseUnreachable, wait_for_database
 from tests.flaky_port import CLOSING, FORWARDING, NOT_READY, flaky_port
 from tests.testapp.models import Handled
-from tests.worker_harness import REPO_ROOT, run_command, worker_env
+from tests.worker_harness import REPO_ROOT, run_command, wait_until, worker_env, worker_pool
 
 ENGINE = settings.DATABASES["default"]["ENGINE"]
 SCHEMES = {"django.db.backends.mysql": "mysql", "django.db.backends.postgresql": "postgres"}
 needs_server = pytest.mark.skipif(ENGINE not in SCHEMES,
                                   reason="SQLite has no server that could fail over")
 UP_AFTER = 1.0  # seconds the port stays down or closing before it forwards
+RETRY_LINE = "step=connect transient database error, retrying"
 
 
 def url(port: int, *, user: str | None = None, password: str | None = None) -> str:
@@ -157,7 +158,7 @@ def test_the_first_connection_waits_out_a_server_that_is_not_ready(flaky_alias):
     # Every attempt reached the port; the lines about them are at most one a second.
     assert flaky_alias.accepted >= 4
     assert 1 <= len(lines) <= int(took) + 1
-    assert "database unreachable, retrying" in lines[0] and "database=flaky" in lines[0]
+    assert RETRY_LINE in lines[0] and "database=flaky" in lines[0]
 
 
 @needs_server
@@ -171,23 +172,32 @@ def test_a_bounded_wait_gives_up_with_the_last_error(flaky_alias):
 # --------------------------------------------------------------------------- processes
 
 
+@pytest.fixture
+def workers(transactional_db: Any, tmp_path: Any):
+    with worker_pool(tmp_path) as pool:
+        yield pool
+
+
 @needs_server
 @pytest.mark.worker
-@pytest.mark.django_db(transaction=True)
-def test_a_worker_started_during_a_failover_waits_for_it_and_runs():
+def test_a_worker_started_during_a_failover_waits_for_it_and_runs(workers):
     stored = sqlqueue.publish("orders", {"n": 1}, key="k")
     with flaky_port(*server()) as port:
-        # Nothing listening, then connections dropped, then a server not ready, then up.
-        phases = [after(UP_AFTER * share, lambda mode=mode: port.set(mode))
-                  for share, mode in ((0.4, CLOSING), (0.7, NOT_READY), (1.0, FORWARDING))]
         started = time.monotonic()
-        run = run_command("--burst", "--name", "late", "--group", "billing", "--topic",
-                          "orders", extra_env={"DATABASE_URL": url(port.port)}, timeout=30)
+        worker = workers.start("late", "--burst", "--group", "billing", "--topic", "orders",
+                               extra_env={"DATABASE_URL": url(port.port)})
+        # Nothing listening, then connections dropped, then a server not ready, then up:
+        # each phase lasts until the worker has tried it.
+        wait_until(lambda: RETRY_LINE in worker.stderr, what="a first failed try",
+                   watch=[worker])
+        for mode, tries in ((CLOSING, 1), (NOT_READY, 2)):
+            port.set(mode)
+            wait_until(lambda tries=tries: port.accepted >= tries, what=f"a try at {mode}",
+                       watch=[worker])
+        port.set(FORWARDING)
+        assert worker.wait_exit(timeout=30) == 0, worker.describe()
         took = time.monotonic() - started
-        for phase in phases:
-            phase.join()
-    assert run.returncode == 0, run.stderr[-3000:]
-    retries = [line for line in run.stderr.splitlines() if "database unreachable" in line]
+    retries = [line for line in worker.stderr.splitlines() if RETRY_LINE in line]
     assert 1 <= len(retries) <= int(took) + 1  # at most a line a second
     assert list(Handled.objects.values_list("offset", flat=True)) == [stored.offset]
 

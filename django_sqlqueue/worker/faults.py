@@ -109,8 +109,9 @@ def wait_for_database(using: str, *, timeout: float | None = None,
                 delay = min(delay, timeout - (now - started))
             if now >= next_report:
                 next_report = now + REPORT_EVERY
-                line = (f"database unreachable, retrying in {delay:.2f}s database={using} "
-                        f"attempt={backoff.failures} error={one_line(exc)}")
+                # The worker's line for any transient fault, one step named "connect".
+                line = (f"step=connect transient database error, retrying in {delay:.2f}s "
+                        f"database={using} attempt={backoff.failures} error={one_line(exc)}")
                 if report is None:
                     logger.warning("%s", line)
                 else:
