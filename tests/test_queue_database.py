@@ -230,6 +230,9 @@ def test_drain_stats_and_metrics_use_the_queue_database(on_queue_database):
     assert [(s["topic"], s["group"], s["lag"]) for s in stats] == [("orders", "billing", 0)]
     assert [(r.topic, r.group) for r in DatabaseCollector().rows()] == [("orders", "billing")]
     assert not ConsumerOffset.objects.using("default").exists()
+    out = io.StringIO()  # an explicit --database still wins
+    call_command("sqlqueue", "stats", "--json", "--database", "default", stdout=out)
+    assert json.loads(out.getvalue()) == []
 
 
 @pytest.mark.django_db(databases=BOTH)

@@ -16,6 +16,7 @@ import subprocess
 import sys
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 from urllib.parse import quote
 
@@ -26,6 +27,7 @@ from django.db import DatabaseError, InterfaceError, OperationalError, connectio
 import django_sqlqueue as sqlqueue
 from django_sqlqueue.db.errors import is_refusal, is_unreachable
 from django_sqlqueue.worker.faults import DatabaseUnreachable, wait_for_database
+from django_sqlqueue.worker.scheduling import RETRY_DELAY, Scheduler
 from tests.flaky_port import CLOSING, FORWARDING, NOT_READY, flaky_port
 from tests.testapp.models import Handled
 from tests.worker_harness import REPO_ROOT, run_command, wait_until, worker_env, worker_pool
@@ -34,7 +36,7 @@ ENGINE = settings.DATABASES["default"]["ENGINE"]
 SCHEMES = {"django.db.backends.mysql": "mysql", "django.db.backends.postgresql": "postgres"}
 needs_server = pytest.mark.skipif(ENGINE not in SCHEMES,
                                   reason="SQLite has no server that could fail over")
-UP_AFTER = 1.0  # seconds the port stays down or closing before it forwards
+UP_AFTER = 0.5  # seconds the port answers "not ready" before it forwards
 RETRY_LINE = "step=connect transient database error, retrying"
 
 
@@ -156,9 +158,20 @@ def test_the_first_connection_waits_out_a_server_that_is_not_ready(flaky_alias):
     timer.join()
     assert took >= UP_AFTER
     # Every attempt reached the port; the lines about them are at most one a second.
-    assert flaky_alias.accepted >= 4
+    assert flaky_alias.accepted >= 3
     assert 1 <= len(lines) <= int(took) + 1
     assert RETRY_LINE in lines[0] and "database=flaky" in lines[0]
+
+
+@needs_server
+def test_the_scheduler_retries_a_database_it_cannot_reach(flaky_alias):
+    scheduler = Scheduler("flaky")  # started by a worker: its own thread, its own connection
+    flaky_alias.set(NOT_READY)
+    assert scheduler.step() == RETRY_DELAY
+    assert not scheduler.synced
+    flaky_alias.set(FORWARDING)
+    scheduler.step()
+    assert scheduler.synced
 
 
 @needs_server
@@ -207,10 +220,11 @@ def test_a_worker_started_during_a_failover_waits_for_it_and_runs(workers):
 def test_a_command_that_cannot_reach_its_database_exits_1_in_one_line():
     with flaky_port(*server()) as port:
         port.set(CLOSING)
-        run = run_sqlqueue("stats", "--wait", "1", extra_env={"DATABASE_URL": url(port.port)})
+        run = run_sqlqueue("stats", "--wait", "0.5",
+                           extra_env={"DATABASE_URL": url(port.port)})
     assert run.returncode == 1, run.stderr
     assert run.stderr.count("\n") == 1
-    assert run.stderr.startswith("CommandError: database 'default' unreachable for 1.")
+    assert run.stderr.startswith("CommandError: database 'default' unreachable for 0.")
 
 
 @needs_server
@@ -218,9 +232,14 @@ def test_a_command_that_cannot_reach_its_database_exits_1_in_one_line():
 def test_a_worker_refused_by_the_server_exits_at_once_in_one_line():
     host, port, _ = server()
     started = time.monotonic()
-    unknown = run_command("--burst", extra_env={"SQLQUEUE_TEST_DB_NAME": "sqlqueue_no_such_db"})
-    refused = run_sqlqueue("stats", extra_env={"DATABASE_URL": url(port, user="sqlqueue_nobody",
-                                                                   password="wrong")})
+    # Both at once: each is a process start, and neither may wait.
+    refusing = ThreadPoolExecutor(2)
+    unknown_db = refusing.submit(run_command, "--burst",
+                                 extra_env={"SQLQUEUE_TEST_DB_NAME": "sqlqueue_no_such_db"})
+    bad_user = refusing.submit(run_sqlqueue, "stats", extra_env={
+        "DATABASE_URL": url(port, user="sqlqueue_nobody", password="wrong")})
+    unknown, refused = unknown_db.result(), bad_user.result()
+    refusing.shutdown()
     assert time.monotonic() - started < 10  # at once: not CONNECT_WAIT, not for ever
     for run, says in ((unknown, "sqlqueue_no_such_db"), (refused, "sqlqueue_nobody")):
         assert run.returncode == 1, run.stderr
