@@ -24,8 +24,9 @@ import enum
 import time
 from dataclasses import dataclass, field
 
-from django.db import router, transaction
+from django.db import transaction
 
+from .conf import queue_database
 from .models import (
     Cancellation,
     ConsumerOffset,
@@ -94,7 +95,7 @@ def cancel(topic: str, id: str, group: str | None = None, *, key: str | None = N
         raise UnknownMessage(f"{id!r} is not a message id (1-{ID_LENGTH} characters)")
     if key is not None and (not isinstance(key, str) or len(key) > KEY_LENGTH):
         raise UnknownMessage(f"{key!r} is not a message key (up to {KEY_LENGTH} characters)")
-    using = using or router.db_for_write(QueueMessage)
+    using = using or queue_database(topic)
     if group is not None:
         require_registered(group, topic, using)
     found = _find(topic, id, key, using)

@@ -16,6 +16,7 @@ from .conf import (
     MAX_PARTITIONS,
     MAX_SECONDS,
     TOPIC_OPTIONS,
+    database_configured,
     is_seconds,
     raw_settings,
 )
@@ -211,6 +212,40 @@ def _topic_errors(topics: Any) -> list[CheckMessage]:
                     + see("consuming", "Changing the partition count"), id="sqlqueue.E014",
                 ))
     return errors
+
+
+@register("sqlqueue")
+def check_queue_database(
+    app_configs: Sequence[AppConfig] | None = None, **kwargs: Any,
+) -> list[CheckMessage]:
+    """``SQLQUEUE["DATABASE"]`` names a configured alias (``E017``) that the routers send
+    the app's models to (``E016``): otherwise ``publish()`` and the Django ORM would write
+    to one database and the worker read another."""
+    if not database_configured():
+        return []  # the routers decide, and everything follows them
+    alias = raw_settings()["DATABASE"]
+    hint = see("operating", "The queue on a database of its own")
+    if not isinstance(alias, str) or alias not in settings.DATABASES:
+        known = ", ".join(map(repr, settings.DATABASES))
+        return [Error(f"SQLQUEUE['DATABASE'] must name an alias of DATABASES ({known}), got "
+                      f"{alias!r}.", hint=hint, id="sqlqueue.E017")]
+    from django.apps import apps
+    from django.db import router
+
+    model = apps.get_model("django_sqlqueue", "QueueMessage")
+    routed = {"db_for_write": router.db_for_write(model), "db_for_read": router.db_for_read(model)}
+    wrong = {name: answer for name, answer in routed.items() if answer != alias}
+    if wrong or not router.allow_migrate_model(alias, model):
+        answers = ", ".join(f"{name} answers {answer!r}" for name, answer in wrong.items())
+        return [Error(
+            f"SQLQUEUE['DATABASE'] is {alias!r}, but DATABASE_ROUTERS do not send the "
+            f"django_sqlqueue app there ({answers or 'allow_migrate refuses it'}): publish() "
+            "and the workers would use different databases.",
+            hint="Add 'django_sqlqueue.routers.QueueRouter' to DATABASE_ROUTERS, before any "
+            "router that claims every app. " + hint,
+            id="sqlqueue.E016",
+        )]
+    return []
 
 
 @register("sqlqueue")

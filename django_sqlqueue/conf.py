@@ -11,10 +11,15 @@ from typing import Any
 
 from django.conf import settings
 from django.core.signals import setting_changed
+from django.db import DEFAULT_DB_ALIAS
 
 from .limits import DEFAULT_MAX_PAYLOAD_BYTES
 
 DEFAULTS: dict[str, Any] = {
+    # The database alias holding the queue's tables; with another alias than "default",
+    # DATABASE_ROUTERS must send the app's models there (django_sqlqueue.routers.QueueRouter).
+    # Left out: the alias the routers choose for the app's models, normally "default".
+    "DATABASE": DEFAULT_DB_ALIAS,
     # How long an idle worker waits between polls, in seconds.
     "POLL_INTERVAL": 0.1,
     # 1: strict mode, each key handled one message at a time in log order. Any other value:
@@ -109,6 +114,7 @@ TOPIC_OPTIONS = frozenset({"PARTITIONS"})
 
 @dataclass(frozen=True)
 class QueueSettings:
+    database: str
     poll_interval: float
     batch_size: int
     visibility_timeout: float
@@ -139,6 +145,30 @@ class QueueSettings:
         topic has one; see :mod:`django_sqlqueue.partitioning`)."""
         options = self.topics.get(topic) or {}
         return int(options.get("PARTITIONS", self.partitions))
+
+
+def database_configured() -> bool:
+    """Whether ``SQLQUEUE`` names the queue's database itself (``DATABASE``)."""
+    user = getattr(settings, "SQLQUEUE", None)
+    return isinstance(user, dict) and "DATABASE" in user
+
+
+def queue_database(topic: str | None = None) -> str:
+    """The database alias holding the queue's tables: ``SQLQUEUE["DATABASE"]`` when set,
+    else the alias ``DATABASE_ROUTERS`` choose for writing the app's models (``"default"``
+    without routers).
+
+    Every caller that reads or writes the queue without an explicit alias asks this, so
+    publishing, the worker, the admin and the commands agree. ``topic`` names the topic
+    about to be read or written: every topic lives on this one alias today, and a caller
+    that knows its topic passes it, so a per-topic alias can be answered here later.
+    """
+    if database_configured():
+        return get_settings().database
+    from django.apps import apps
+    from django.db import router
+
+    return str(router.db_for_write(apps.get_model("django_sqlqueue", "QueueMessage")))
 
 
 def raw_settings() -> dict[str, Any]:

@@ -17,7 +17,7 @@ from typing import Any
 
 from django.db import transaction
 
-from .conf import get_settings
+from .conf import get_settings, queue_database
 from .exceptions import SQLQueueError
 from .models import (
     ConsumerOffset,
@@ -51,7 +51,7 @@ class Forgotten:
     heartbeats: int
 
 
-def forget_group(group: str, topic: str | None = None, *, using: str = "default",
+def forget_group(group: str, topic: str | None = None, *, using: str | None = None,
                  now_ms: int | None = None) -> Forgotten:
     """Delete the state of consumer ``group`` for ``topic`` (every topic when None).
 
@@ -59,6 +59,7 @@ def forget_group(group: str, topic: str | None = None, *, using: str = "default"
     those topics (stop its workers first, or they would register it again at once), and
     with UnknownGroup when there is nothing to forget.
     """
+    using = using or queue_database()
     if not group:
         raise UnknownGroup("a consumer group name is required")
     # A name no group or topic can have has no state; saying so is also what keeps text

@@ -11,9 +11,9 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
-from django.db import router, transaction
+from django.db import transaction
 
-from .conf import get_settings
+from .conf import get_settings, queue_database
 from .db import notify
 from .encoding import PUBLISH_BATCH_BYTES, ROW_OVERHEAD_BYTES, NewRow, build_row, validate_topic
 from .exceptions import InvalidMessage
@@ -126,7 +126,7 @@ def publish(
     """
     validate_topic(topic)
     row = build_row(topic, payload, key, id, headers, delay, get_settings().max_payload_bytes)
-    alias = using or router.db_for_write(QueueMessage)
+    alias = using or queue_database(topic)
     channel = notify.statement_channel(alias, topic)
     new: set[tuple[str, str, str]] = set()
     stored = QueueMessage.objects.insert_rows([row], using=alias, notify_channel=channel,
@@ -147,7 +147,7 @@ def publish_new(
     validate_topic(topic)
     row = build_row(topic, payload, "", id, None, delay, get_settings().max_payload_bytes)
     row = row._replace(id_given=False)
-    alias = using or router.db_for_write(QueueMessage)
+    alias = using or queue_database(topic)
     channel = notify.statement_channel(alias, topic)
     stored = QueueMessage.objects.insert_rows([row], using=alias, notify_channel=channel)
     if channel is None:
@@ -178,7 +178,7 @@ def publish_many(
             raise InvalidMessage(f"messages[{index}]: {exc}") from exc
     if not rows:
         return []
-    alias = using or router.db_for_write(QueueMessage)
+    alias = using or queue_database(topic)
     # A repeated (topic, key, id) in one call is stored once, as its first occurrence,
     # matching what separate publish() calls do.
     first: dict[tuple[str, str, str], NewRow] = {}

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 from django.db import transaction
 
-from .conf import MAX_PARTITIONS
+from .conf import MAX_PARTITIONS, queue_database
 from .exceptions import TopicNotDrained
 from .models import (
     ConsumerOffset,
@@ -49,9 +49,10 @@ class RepartitionResult:
         return self.old_partitions != self.new_partitions
 
 
-def repartition(topic: str, partitions: int, *, using: str = "default") -> RepartitionResult:
+def repartition(topic: str, partitions: int, *, using: str | None = None) -> RepartitionResult:
     """Give ``topic`` ``partitions`` partitions; raise TopicNotDrained unless every consumer
     group registered for it has consumed all its sequenced messages (see module doc)."""
+    using = using or queue_database(topic)
     validate_topic(topic)
     if (not isinstance(partitions, int) or isinstance(partitions, bool)
             or not 1 <= partitions <= MAX_PARTITIONS):

@@ -15,9 +15,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from django.db import router
-
-from .conf import get_settings
+from .conf import get_settings, queue_database
 from .models import Schedule
 from .models.schedules import ORIGIN_SETTINGS
 from .scheduling import cron
@@ -96,4 +94,4 @@ def _set_paused(name: str, paused: bool, alias: str) -> bool:
 
 
 def _alias(using: str | None) -> str:
-    return using or router.db_for_write(Schedule)
+    return using or queue_database()

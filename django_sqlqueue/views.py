@@ -7,13 +7,13 @@ from typing import Any
 
 from django.http import HttpRequest, HttpResponse
 
-from .conf import get_settings
+from .conf import get_settings, queue_database
 from .metrics import MISSING, available
 
 _collectors: dict[str, Any] = {}  # database alias -> (registry, DatabaseCollector)
 
 
-def metrics(request: HttpRequest, using: str = "default") -> HttpResponse:
+def metrics(request: HttpRequest, using: str | None = None) -> HttpResponse:
     """Serve ``sqlqueue_*`` gauges of every consumer group, read from the database at most
     once per ``SQLQUEUE["METRICS_CACHE_SECONDS"]``.
 
@@ -22,6 +22,7 @@ def metrics(request: HttpRequest, using: str = "default") -> HttpResponse:
     Without it the view serves anyone who can reach it: it shows group and topic names, so
     protect the URL as you would any internal page.
     """
+    using = using or queue_database()
     refused = _refuse(request)
     if refused is not None:
         return refused
@@ -33,8 +34,9 @@ def metrics(request: HttpRequest, using: str = "default") -> HttpResponse:
     return HttpResponse(generate_latest(registry), content_type=CONTENT_TYPE_LATEST)
 
 
-def collector(using: str = "default") -> tuple[Any, Any]:
+def collector(using: str | None = None) -> tuple[Any, Any]:
     """The registry and the database collector serving ``using`` (one per process)."""
+    using = using or queue_database()
     found = _collectors.get(using)
     if found is None:
         from prometheus_client import CollectorRegistry

@@ -73,12 +73,14 @@ def forkable(settings_module: str, extra_env: dict[str, str] | None = None) -> b
 
 def run_command(*args: str, settings: dict[str, Any] | None = None,
                 settings_module: str = "tests.settings",
-                timeout: float = 60.0) -> subprocess.CompletedProcess[str]:
+                timeout: float = 60.0,
+                extra_env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     """Run ``runqueueworker <args>`` to completion and capture its output (for start-up
-    errors, which end the process at once)."""
+    errors, which end the process at once). ``extra_env`` adds environment variables."""
     return launcher_client.run(
-        command(*args), cwd=REPO_ROOT, env=worker_env(settings, settings_module),
-        timeout=timeout, forkable=forkable(settings_module),
+        command(*args), cwd=REPO_ROOT,
+        env={**worker_env(settings, settings_module), **(extra_env or {})},
+        timeout=timeout, forkable=forkable(settings_module, extra_env),
     )
 
 

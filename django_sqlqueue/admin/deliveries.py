@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..conf import get_settings
+from ..conf import get_settings, queue_database
 from ..models import Cancellation, ConsumerOffset, DeliveryState, QueueMessage
 from ..models.delivery import NEVER_DELIVERED
 from .display import when
@@ -27,7 +27,7 @@ class GroupDelivery:
 
 def deliveries(message: QueueMessage, now_ms: int) -> list[GroupDelivery]:
     """One entry per group registered for the message's partition, in three queries."""
-    using = message._state.db or "default"
+    using = message._state.db or queue_database()
     watermarks = dict(
         ConsumerOffset.objects.using(using)
         .filter(topic=message.topic, partition_key=message.partition_key)

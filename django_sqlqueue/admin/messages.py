@@ -14,6 +14,7 @@ from django.views.decorators.http import require_POST
 
 from .. import operations
 from ..cancelling import CancelResult, CancelStatus, cancel
+from ..conf import queue_database
 from ..models import Cancellation, ConsumerOffset, LogSequencer, QueueMessage
 from ..models.cancellations import ALL_GROUPS
 from .actions import confirmation_page, confirmed, record
@@ -71,11 +72,11 @@ class QueueMessageAdmin(QueueModelAdmin):
         message = self.get_object(request, object_id)
         context = dict(extra_context or {})
         if message is not None:
-            now_ms = LogSequencer.objects.head(message._state.db or "default")[2]
+            now_ms = LogSequencer.objects.head(message._state.db or queue_database())[2]
             context["sqlqueue_deliveries"] = deliveries(message, now_ms)
             context["sqlqueue_cancelled_for_all"] = next(
                 (c for c in Cancellation.objects.of_message(
-                    message.topic, message.offset, message._state.db or "default")
+                    message.topic, message.offset, message._state.db or queue_database())
                  if c.consumer_group == ALL_GROUPS), None)
             context["sqlqueue_can_deliver"] = self.has_deliver_permission(request)
             context["sqlqueue_deliver_url"] = reverse(
@@ -99,7 +100,7 @@ class QueueMessageAdmin(QueueModelAdmin):
         try:
             changed = operations.deliver_now(group, message.topic, message.offset,
                                              by=f"admin:{request.user.get_username()}",
-                                             using=message._state.db or "default")
+                                             using=message._state.db or queue_database())
         except operations.OperationError as exc:
             messages.error(request, str(exc))
         else:
@@ -140,7 +141,7 @@ class QueueMessageAdmin(QueueModelAdmin):
         for message in scope[:MAX_CANCEL]:
             try:
                 result = cancel(message.topic, message.message_id, key=message.message_key,
-                                by=by, using=message._state.db or "default")
+                                by=by, using=message._state.db or queue_database())
             except operations.OperationError as exc:
                 messages.error(request, f"Message {message.offset}: {exc}")
                 continue

@@ -16,7 +16,7 @@ from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.template.response import TemplateResponse
 
 from .. import operations
-from ..conf import get_settings
+from ..conf import get_settings, queue_database
 from ..groups import GroupInUse, UnknownGroup
 from ..models import (
     ConsumerOffset,
@@ -82,7 +82,7 @@ class PageAdmin(QueueModelAdmin):
         return TemplateResponse(request, self.template, context)
 
     def using(self) -> str:
-        return QueueMessage.objects.db
+        return queue_database()
 
     def page_context(self, request: HttpRequest, using: str, now_ms: int) -> dict[str, Any]:
         raise NotImplementedError

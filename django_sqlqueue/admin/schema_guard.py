@@ -21,8 +21,8 @@ from django.template.response import SimpleTemplateResponse
 from django.urls import URLPattern
 from django.utils.html import escape
 
+from ..conf import queue_database
 from ..db.schema_state import APP_LABEL, is_missing_schema, migrate_line, not_migrated_line
-from ..models import QueueMessage
 
 NOT_READY_STATUS = 503
 # Aliases found migrated by this process: the plan is read until then, never after (a
@@ -56,7 +56,7 @@ def _guarded_view(view: Callable[..., HttpResponse]) -> Callable[..., HttpRespon
         user = getattr(request, "user", None)
         if not (user is not None and user.is_active and user.is_staff):
             return view(request, *args, **kwargs)  # the admin's login page, as before
-        using = QueueMessage.objects.db
+        using = queue_database()
         if using not in _ready:
             line = migrate_line(using)
             if line is not None:

@@ -1,7 +1,9 @@
-"""Which database errors are transient (retry) rather than bugs (raise)."""
+"""Which database errors are transient (retry) rather than bugs (raise), and which failures
+to reach a database are worth waiting out."""
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from django.db import DatabaseError, IntegrityError, InterfaceError, OperationalError
@@ -16,6 +18,15 @@ _PG_DISCONNECT_PREFIXES = ("08", "57P01", "57P02", "57P03")
 # ... and serialization failure, deadlock, lock not available (a lock_timeout ran out).
 _PG_CONTENTION = ("40001", "40P01", "55P03")
 _MYSQL_CHECK_FAILED = 4025  # a CHECK constraint refused a row (MariaDB)
+# Refusals no retry cures. MySQL/MariaDB: access denied to a database, access denied for a
+# user, unknown database. PostgreSQL: wrong password, not authorized (no such role, no
+# pg_hba.conf entry), unknown database; psycopg gives no SQLSTATE for a failed connection
+# attempt, so the server's message is read too.
+_MYSQL_REFUSED = {1044, 1045, 1049}
+_PG_REFUSED = {"28P01", "28000", "3D000"}
+_REFUSED_TEXT = re.compile(
+    r"access denied|unknown database|authentication failed|no pg_hba\.conf entry"
+    r'|(database|role) "[^"]*" does not exist')
 
 
 def is_disconnect(exc: BaseException) -> bool:
@@ -46,6 +57,31 @@ def is_transient(exc: BaseException) -> bool:
         return True
     text = str(exc).lower()
     return "database is locked" in text or "database table is locked" in text
+
+
+def is_refusal(exc: BaseException) -> bool:
+    """True when the server answered and refused us: bad credentials, no access, an unknown
+    database. Waiting does not help; fix the settings."""
+    if not isinstance(exc, DatabaseError):
+        return False
+    code, sqlstate = _codes(exc)
+    if code in _MYSQL_REFUSED or sqlstate in _PG_REFUSED:
+        return True
+    return bool(_REFUSED_TEXT.search(str(exc).lower()))
+
+
+def is_unreachable(exc: BaseException, vendor: str) -> bool:
+    """True when connecting to (or a first query on) a ``vendor`` database failed in a way
+    a later try may not: refused, reset, timed out, a server gone, starting, shutting down
+    or failing over, or a socket error the driver did not wrap (an ``OSError`` such as
+    EINVAL from a proxy dropping the connection mid-handshake). False for a refusal (see
+    :func:`is_refusal`), for errors that are not about reaching the database, and on SQLite
+    for anything but a locked file (a file that cannot be opened will not open later)."""
+    if is_refusal(exc):
+        return False
+    if isinstance(exc, OSError) or is_transient(exc):
+        return True
+    return vendor != "sqlite" and isinstance(exc, OperationalError | InterfaceError)
 
 
 def check_refusal(connection: Any, exc: BaseException) -> str | None:

@@ -8,8 +8,9 @@ reads one line naming ``manage.py migrate`` instead of a traceback.
 
 from __future__ import annotations
 
-from django.db import DatabaseError, connections
+from django.db import DEFAULT_DB_ALIAS, DatabaseError, connections, router
 
+from ..conf import queue_database
 from ..exceptions import SQLQueueError
 from .errors import _codes
 
@@ -29,10 +30,11 @@ class NotMigrated(SQLQueueError):
         self.line = line
 
 
-def migrate_line(using: str = "default") -> str | None:
+def migrate_line(using: str | None = None) -> str | None:
     """None when every migration of this app is applied on ``using``; else one line saying
     how many are not and naming ``manage.py migrate``. Reads the migration files and the
     ``django_migrations`` table once (no queue table is touched)."""
+    using = using or queue_database()
     from django.db.migrations.executor import MigrationExecutor
 
     connection = connections[using]
@@ -46,20 +48,30 @@ def migrate_line(using: str = "default") -> str | None:
     return not_migrated_line(using, len(pending))
 
 
-def not_migrated_line(using: str = "default", pending: int | None = None) -> str:
+def not_migrated_line(using: str | None = None, pending: int | None = None) -> str:
     """The one line: ``pending`` unapplied migrations, or (None) tables found missing."""
+    using = using or queue_database()
     what = (f"{pending} unapplied migration(s) of {APP_LABEL}" if pending is not None
             else f"the queue tables of {APP_LABEL} are missing or out of date")
-    where = "" if using == "default" else f" --database {using}"
+    where = "" if using == DEFAULT_DB_ALIAS else f" --database {using}"  # migrate's default
     return (f"database {using!r} is not ready for the queue: {what}; run "
             f"'python manage.py migrate{where}' to apply them")
 
 
-def check_migrated(using: str = "default") -> None:
+def check_migrated(using: str | None = None) -> None:
     """Raise :class:`NotMigrated` (its message the one line) unless ``using`` is migrated."""
+    using = using or queue_database()
     line = migrate_line(using)
     if line is not None:
         raise NotMigrated(line)
+
+
+def holds_queue_table(using: str, table: str) -> bool:
+    """Whether ``migrate`` puts the app's tables on ``using`` (the routers allow it) and
+    ``table`` is there: a ``post_migrate`` receiver leaves another database alone, even
+    one holding an old copy of the tables from before the queue moved."""
+    return (bool(router.allow_migrate(using, APP_LABEL))
+            and table in connections[using].introspection.table_names())
 
 
 def is_missing_schema(exc: BaseException) -> bool:

@@ -9,6 +9,8 @@ from typing import Any
 
 from django.core.management.base import CommandError
 
+from django_sqlqueue.conf import get_settings
+from django_sqlqueue.models import QueueMessage, Topic
 from django_sqlqueue.operations import DeadLetterFilter, OperationError
 from django_sqlqueue.operations.dead_letters import BATCH_SIZE as DEAD_LETTER_BATCH_SIZE
 
@@ -96,3 +98,20 @@ def batch_size_option(value: Any) -> int:
         raise CommandError(f"--batch-size must be a whole number from 1 to 10000, got {text!r}",
                            returncode=USAGE_ERROR)
     return size
+
+
+def refuse_dead_letter_topic(topic: str, using: str) -> None:
+    """Refuse --topic naming a dead-letter topic (orders_dlq) where the original topic
+    (orders) is meant: it would quietly match nothing."""
+    suffix = get_settings().dlq_suffix
+    base = topic[:-len(suffix)] if topic.endswith(suffix) else ""
+    if not base:
+        return
+    dead_letters = QueueMessage.objects.using(using).filter(failed_at__gt=0)
+    if dead_letters.filter(original_topic=topic).exists():
+        return  # a group consumes the dead-letter topic itself and gave up on some
+    if (dead_letters.filter(original_topic=base).exists()
+            or Topic.objects.using(using).filter(topic=base).exists()):
+        raise CommandError(
+            f"--topic is the topic the messages were published to, not their dead-letter "
+            f"topic: use --topic {base} (not {topic})", returncode=USAGE_ERROR)

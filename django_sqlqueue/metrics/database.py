@@ -13,7 +13,7 @@ import threading
 import time
 from typing import Any
 
-from ..conf import get_settings
+from ..conf import get_settings, queue_database
 from ..operations import LimitStats, SubscriptionStats, limits_overview, overview
 
 # (name, help, SubscriptionStats attribute)
@@ -47,7 +47,8 @@ LIMIT_GAUGES = (
 
 
 class DatabaseCollector:
-    def __init__(self, using: str = "default") -> None:
+    def __init__(self, using: str | None = None) -> None:
+        using = using or queue_database()
         self.using = using
         self._lock = threading.Lock()  # one overview at a time, shared by concurrent scrapes
         self._rows: list[SubscriptionStats] = []

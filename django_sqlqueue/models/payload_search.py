@@ -17,12 +17,14 @@ import re
 from collections.abc import Sequence
 from typing import Any
 
-from django.db import connections, models
+from django.db import DEFAULT_DB_ALIAS, connections, models
 from django.db.models.expressions import RawSQL
 from django.db.models.lookups import Exact, In, Lookup
 
+from ..conf import queue_database
 from ..db import sql as sqlb
 from ..db.exact_names import binary_collation
+from ..db.schema_state import holds_queue_table
 
 FIELD_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,39}")  # what a search field may be called
 VALUE_LENGTH = 255  # characters of a value an index keeps (MariaDB's virtual column)
@@ -99,13 +101,13 @@ def _match(connection: Any, field: str, value: str, indexed: bool,
     return expression, [value[:VALUE_LENGTH]]
 
 
-def ensure_search_indexes(fields: Sequence[str], using: str = "default") -> list[str]:
+def ensure_search_indexes(fields: Sequence[str], using: str | None = None) -> list[str]:
     """Create the index of each field that has none yet; return the fields indexed now.
 
     Indexes of fields no longer declared are left alone (drop them by name:
     ``queue_msg_s_<field>``, and on MariaDB/MySQL the column ``sqlqueue_s_<field>``).
     """
-    connection = connections[using]
+    connection = connections[using or queue_database()]
     q = sqlb.quoter(connection)
     created = []
     for field in fields:
@@ -136,10 +138,10 @@ def ensure_search_indexes(fields: Sequence[str], using: str = "default") -> list
     return created
 
 
-def create_search_indexes(using: str = "default", **kwargs: Any) -> None:
+def create_search_indexes(using: str = DEFAULT_DB_ALIAS, **kwargs: Any) -> None:
     """``post_migrate`` receiver: index the declared ``SEARCH_FIELDS`` once the table exists."""
     from ..conf import get_settings
 
     fields = list(get_settings().search_fields or [])
-    if fields and "queue_messages" in connections[using].introspection.table_names():
+    if fields and holds_queue_table(using, "queue_messages"):
         ensure_search_indexes(fields, using)

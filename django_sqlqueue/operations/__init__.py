@@ -1,7 +1,8 @@
 """What an operator can see and do, as plain functions: the CLI (``manage.py sqlqueue``),
 the admin and the metrics all call these, so each action has one implementation.
 
-Every function takes ``using`` (the database alias, default ``"default"``) and raises an
+Every function takes ``using`` (the database alias, default the queue's:
+:func:`django_sqlqueue.conf.queue_database`) and raises an
 :class:`~django_sqlqueue.operations.errors.OperationError` subclass (also a ValueError)
 for input it cannot act on.
 """

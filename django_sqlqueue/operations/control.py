@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 from django.db import IntegrityError, transaction
 
-from ..conf import get_settings
+from ..conf import get_settings, queue_database
 from ..groups import Forgotten, forget_group
 from ..models import (
     ConsumerOffset,
@@ -26,29 +26,32 @@ from .names import check_name, database_now_ms, require_registered
 __all__ = ["Forgotten", "deliver_now", "forget", "pause", "release_leases", "resume", "run_gc"]
 
 
-def pause(group: str, topic: str, *, by: str = "", using: str = "default") -> bool:
+def pause(group: str, topic: str, *, by: str = "", using: str | None = None) -> bool:
     """Pause ``group`` on ``topic``: within a poll interval its workers take no new
     deliveries of it; running handlers finish and are recorded, leases and order are kept,
     publishing goes on. Survives worker restarts. Returns False if it was paused already."""
+    using = using or queue_database(topic)
     require_registered(group, topic, using)
     return GroupControl.objects.set_paused(group, topic, True, by, using)
 
 
-def resume(group: str, topic: str, *, by: str = "", using: str = "default") -> bool:
+def resume(group: str, topic: str, *, by: str = "", using: str | None = None) -> bool:
     """Undo :func:`pause`; the workers go on where they stopped. Returns False if the
     group was not paused."""
+    using = using or queue_database(topic)
     require_registered(group, topic, using)
     return GroupControl.objects.set_paused(group, topic, False, by, using)
 
 
 def deliver_now(group: str, topic: str, offset: int, *, by: str = "",
-                using: str = "default") -> bool:
+                using: str | None = None) -> bool:
     """Make message ``offset`` of ``topic`` deliverable to ``group`` at once, if it waits
     out a delay, a retry backoff or its key's head. Returns False when it was deliverable
     already (or is running); raises AlreadyHandled when the group is done with it.
 
     The group's workers reload their windows of the topic within a poll interval.
     """
+    using = using or queue_database(topic)
     require_registered(group, topic, using)
     row = (QueueMessage.objects.using(using).filter(offset=offset, topic=topic)
            .values_list("partition_key", "position", "deliver_at").first())
@@ -98,13 +101,14 @@ class Released:
 
 def release_leases(*, subscriber: str | None = None, group: str | None = None,
                    topic: str | None = None, partition: str | None = None,
-                   using: str = "default") -> Released:
+                   using: str | None = None) -> Released:
     """Free the partitions a worker holds (all, or of one group, topic, partition): the
     owner notices at its next poll and drops them, and the group rebalances. Their
     in-flight messages are redelivered once their visibility runs out.
 
     Needs ``subscriber`` or both ``group`` and ``topic``.
     """
+    using = using or queue_database()
     if subscriber is None and (group is None or topic is None):
         raise OperationError("name a subscriber, or a consumer group and a topic")
     leases = PartitionLease.objects.using(using).exclude(leased_by="")
@@ -133,11 +137,12 @@ def release_leases(*, subscriber: str | None = None, group: str | None = None,
     return Released(freed, subscriber)
 
 
-def forget(group: str, topic: str | None = None, *, using: str = "default") -> Forgotten:
+def forget(group: str, topic: str | None = None, *, using: str | None = None) -> Forgotten:
     """Retire a consumer group none of whose workers is live (stopped, or stale: killed)
     on ``topic``, or on every topic when it is None (see
     :func:`django_sqlqueue.groups.forget_group`), and its pause state. An empty topic is
     refused, never read as every topic."""
+    using = using or queue_database()
     if topic is not None:
         if not topic:
             raise OperationError("the topic is empty: name one, or pass None to forget the "
@@ -158,9 +163,10 @@ class Collected:
         return sum(self.deleted.values())
 
 
-def run_gc(*, topic: str | None = None, using: str = "default") -> Collected:
+def run_gc(*, topic: str | None = None, using: str | None = None) -> Collected:
     """Run garbage collection now over every topic (or ``topic``), as a worker's GC
     thread does, honouring GROUP_RETENTION; return what it deleted."""
+    using = using or queue_database()
     if topic is not None:
         check_name("topic", topic)
         topics = [topic]

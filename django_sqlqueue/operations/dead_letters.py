@@ -23,7 +23,7 @@ from typing import NamedTuple
 
 from django.db import transaction
 
-from ..conf import get_settings
+from ..conf import get_settings, queue_database
 from ..db import notify
 from ..models import ConsumerOffset, DeliveryState, QueueMessage, Topic
 from ..models.delivery import MessageRef
@@ -118,14 +118,16 @@ def _selection(flt: DeadLetterFilter, using: str) -> rows.Selection:
                           flt.error_contains)
 
 
-def count(flt: DeadLetterFilter, *, using: str = "default") -> int:
+def count(flt: DeadLetterFilter, *, using: str | None = None) -> int:
     """How many dead letters the filter selects."""
+    using = using or queue_database()
     return rows.count(django_connection(using), _selection(flt, using))
 
 
 def sample(flt: DeadLetterFilter, *, limit: int = SAMPLE_SIZE,
-           using: str = "default") -> list[DeadLetterSample]:
+           using: str | None = None) -> list[DeadLetterSample]:
     """The first ``limit`` selected dead letters (what a dry run shows)."""
+    using = using or queue_database()
     refs = rows.page(django_connection(using), _selection(flt, using), None, limit)
     found = {m.offset: m for m in QueueMessage.objects.using(using).filter(
         offset__in=[r.offset for r in refs]).only(
@@ -146,16 +148,18 @@ class Replayed(NamedTuple):
 
 
 def replay(flt: DeadLetterFilter, *, dry_run: bool = False, batch_size: int = BATCH_SIZE,
-           progress: Progress | None = None, using: str = "default") -> Outcome:
+           progress: Progress | None = None, using: str | None = None) -> Outcome:
     """Re-deliver the selected dead letters to the group that dead-lettered each, and only
     to it; see the module docstring for where a replay sits in its partition."""
+    using = using or queue_database()
     return _run(flt, replay=True, dry_run=dry_run, batch_size=batch_size, progress=progress,
                 using=using)
 
 
 def discard(flt: DeadLetterFilter, *, dry_run: bool = False, batch_size: int = BATCH_SIZE,
-            progress: Progress | None = None, using: str = "default") -> Outcome:
+            progress: Progress | None = None, using: str | None = None) -> Outcome:
     """Delete the selected dead letters for good."""
+    using = using or queue_database()
     return _run(flt, replay=False, dry_run=dry_run, batch_size=batch_size, progress=progress,
                 using=using)
 

@@ -9,6 +9,7 @@ import contextlib
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from ..conf import queue_database
 from ..consuming.limits import parse_rate
 from ..models import LimitBucket, LimitSlot
 from .names import database_now_ms
@@ -41,9 +42,10 @@ class LimitStats:
         return {**asdict(self), "fullness": self.fullness}
 
 
-def limits_overview(using: str = "default") -> list[LimitStats]:
+def limits_overview(using: str | None = None) -> list[LimitStats]:
     """One row per limit scope the workers have used, from the limits' own rows: the
     slots a scope has are its max_running, and its buckets record their rate."""
+    using = using or queue_database()
     now_ms = database_now_ms(using)
     slots = {row["scope"]: row for row in LimitSlot.objects.usage(now_ms, using)}
     buckets = {row["scope"]: row for row in LimitBucket.objects.usage(now_ms, using)}

@@ -9,6 +9,7 @@ from datetime import datetime
 from django.db import transaction
 
 from .. import schedules
+from ..conf import queue_database
 from ..models import Schedule
 from ..rows import epoch_ms_to_datetime
 from ..scheduling.firing import fire, manual_id
@@ -39,8 +40,9 @@ class ScheduleRow:
     reason: str = ""  # why its due ticks wait for another release's workers; "" if none
 
 
-def list_schedules(*, using: str = "default") -> list[ScheduleRow]:
+def list_schedules(*, using: str | None = None) -> list[ScheduleRow]:
     """Every schedule, by name."""
+    using = using or queue_database()
     return [ScheduleRow(
         r.name, r.cron, r.timezone, r.target, r.origin, r.paused,
         epoch_ms_to_datetime(r.next_run_at),
@@ -49,25 +51,28 @@ def list_schedules(*, using: str = "default") -> list[ScheduleRow]:
     ) for r in Schedule.objects.using(using).order_by("name")]
 
 
-def pause_schedule(name: str, *, using: str = "default") -> bool:
+def pause_schedule(name: str, *, using: str | None = None) -> bool:
     """Stop ``name`` firing; False if it was paused already."""
+    using = using or queue_database()
     try:
         return schedules.pause(name, using=using)
     except ScheduleNotFound as exc:
         raise UnknownSchedule(str(exc)) from exc
 
 
-def resume_schedule(name: str, *, using: str = "default") -> bool:
+def resume_schedule(name: str, *, using: str | None = None) -> bool:
     """Let ``name`` fire again from its next tick; False if it was not paused."""
+    using = using or queue_database()
     try:
         return schedules.resume(name, using=using)
     except ScheduleNotFound as exc:
         raise UnknownSchedule(str(exc)) from exc
 
 
-def run_now(name: str, *, using: str = "default") -> str:
+def run_now(name: str, *, using: str | None = None) -> str:
     """Publish ``name``'s message (or enqueue its task) now, once, outside its ticks; its
     next tick is unchanged. Returns the message id (``schedule:<name>:now:<ms>``)."""
+    using = using or queue_database()
     with transaction.atomic(using=using):
         row = Schedule.objects.using(using).filter(name=name).first()
         if row is None:

@@ -14,7 +14,7 @@ from typing import Any
 
 from django.db import connections
 
-from ..conf import get_settings
+from ..conf import get_settings, queue_database
 from ..db import vendor
 from ..models import (
     ConsumerOffset,
@@ -64,12 +64,13 @@ class SubscriptionStats:
         return asdict(self)
 
 
-def overview(*, topic: str | None = None, group: str | None = None, using: str = "default",
+def overview(*, topic: str | None = None, group: str | None = None, using: str | None = None,
              minutes: int = SPARKLINE_MINUTES) -> list[SubscriptionStats]:
     """One row per registered (topic, group), sorted, optionally only ``topic``/``group``.
 
     Dead-letter topics appear as topics of their own when some group consumes them.
     """
+    using = using or queue_database()
     if topic is not None:
         check_name("topic", topic)
     if group is not None:
@@ -138,10 +139,11 @@ class Health:
 
 
 def health(*, group: str | None = None, max_age: float | None = None,
-           using: str = "default") -> Health:
+           using: str | None = None) -> Health:
     """Healthy when each registered group (or ``group``) has a live worker on each of its
     topics, and, with ``max_age`` (seconds), nothing it has not consumed has been due for
     longer. A paused group counts as healthy while it has a live worker."""
+    using = using or queue_database()
     rows = overview(group=group, using=using, minutes=1)
     if group is not None and not rows:
         raise UnknownSubscription(f"consumer group {group!r} is not registered for any topic")

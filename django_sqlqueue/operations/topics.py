@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from ..conf import get_settings
+from ..conf import get_settings, queue_database
 from ..models import ConsumerOffset, QueueMessage
 
 TOPIC_CAP = 1000  # topics of the log looked at, at most
@@ -33,14 +33,16 @@ class UnclaimedTopic:
                 "worker has subscribed to it (check the topic of its @subscriber)")
 
 
-def has_messages(topic: str, using: str = "default") -> bool:
+def has_messages(topic: str, using: str | None = None) -> bool:
     """Whether the log holds a message of ``topic`` (published, consumed or not)."""
+    using = using or queue_database(topic)
     return QueueMessage.objects.using(using).filter(topic=topic).exists()
 
 
-def unclaimed_topics(*, topic: str | None = None, using: str = "default") -> list[UnclaimedTopic]:
+def unclaimed_topics(*, topic: str | None = None, using: str | None = None) -> list[UnclaimedTopic]:
     """Topics (or ``topic``) with messages and no consumer group registered for them,
     dead-letter topics left out (nobody need consume those)."""
+    using = using or queue_database()
     suffix = get_settings().dlq_suffix
     if topic is not None:
         names = [topic] if has_messages(topic, using) else []
@@ -60,9 +62,10 @@ def unclaimed_topics(*, topic: str | None = None, using: str = "default") -> lis
     return found
 
 
-def silent_topics(topics: Iterable[str], using: str = "default") -> list[str]:
+def silent_topics(topics: Iterable[str], using: str | None = None) -> list[str]:
     """Of ``topics`` (those the project's @subscriber handlers consume), the ones that have
     never had a message: none in the log, and no group has acked one."""
+    using = using or queue_database()
     silent = []
     for topic in sorted(set(topics)):
         if has_messages(topic, using):

@@ -11,9 +11,10 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from django.db import connections, router, transaction
+from django.db import DEFAULT_DB_ALIAS, transaction
 
-from ..conf import get_settings
+from ..conf import get_settings, queue_database
+from ..db.schema_state import holds_queue_table
 from ..models import Schedule
 from ..models.schedules import ORIGIN_API, ORIGIN_SETTINGS
 from . import cron
@@ -28,7 +29,7 @@ def sync_settings(using: str | None = None) -> None:
     another release's workers (a rolling deploy, a rollback) may declare them, and this
     release's workers leave them to those (see ticking). Invalid entries are skipped (the
     system checks report them)."""
-    alias = using or router.db_for_write(Schedule)
+    alias = using or queue_database()
     declared = get_settings().schedules
     specs = []
     for name, options in (declared.items() if isinstance(declared, dict) else []):
@@ -93,7 +94,7 @@ def _first_tick(spec: ScheduleSpec, now_ms: int) -> int:
     return cron.next_tick(spec.cron, cron.zone(spec.timezone), now_ms)
 
 
-def sync_after_migrate(using: str = "default", **kwargs: Any) -> None:
+def sync_after_migrate(using: str = DEFAULT_DB_ALIAS, **kwargs: Any) -> None:
     """``post_migrate`` receiver: :func:`sync_settings` once the table exists."""
-    if Schedule._meta.db_table in connections[using].introspection.table_names():
+    if holds_queue_table(using, Schedule._meta.db_table):
         sync_settings(using)

@@ -196,7 +196,7 @@ class DjangoConnection(Connection):
         """Django closes its own connections."""
 
 
-def django_connection(using: str = "default", wrapper: Any = None) -> Connection:
+def django_connection(using: str, wrapper: Any = None) -> Connection:
     """The Django database alias ``using`` as a :class:`Connection`; ``wrapper``, a
     connection of that alias made by ``connections.create_connection``, instead of this
     thread's."""

@@ -14,9 +14,10 @@ from datetime import UTC, datetime
 from typing import Any
 
 from django.core.checks import CheckMessage
-from django.db import connections, router, transaction
+from django.db import connections, transaction
 from django.utils import timezone
 
+from ..conf import queue_database
 from ..consuming.backoff import Backoff
 from ..db import vendor
 from ..encoding import MAX_DELAY
@@ -141,7 +142,8 @@ class QueueBackend(BaseTaskBackend):
             raise InvalidTaskArguments(
                 f"{task.module_path}: cannot format its concurrency_key from these arguments: "
                 f"{type(exc).__name__}: {exc}") from exc
-        alias = router.db_for_write(QueueMessage)
+        topic = topic_for(task.queue_name)
+        alias = queue_database(topic)
         run_after = task.run_after.isoformat() if task.run_after is not None else None
         # The message is the task until a worker starts it: that worker writes its result
         # row, in the transaction that hands the task out (see runner.py).
@@ -156,7 +158,7 @@ class QueueBackend(BaseTaskBackend):
         try:
             # A new UUID cannot be in the log yet: publish_new skips the duplicate check.
             stored = (publish_new if fresh else publish)(
-                topic_for(task.queue_name), payload, id=result_id, delay=delay, using=alias)
+                topic, payload, id=result_id, delay=delay, using=alias)
         except InvalidMessage as exc:
             raise InvalidTaskArguments(f"{task.module_path}: {exc}") from exc
         result = _ready_result(task, result_id, args, kwargs, stored.published_at, self.alias)
@@ -172,7 +174,7 @@ class QueueBackend(BaseTaskBackend):
         message no worker can run (written by hand or by another release), which the
         worker dead-letters."""
         result_id = str(result_id)
-        alias = router.db_for_read(TaskResultRecord)
+        alias = queue_database()
         row = TaskResultRecord.objects.using(alias).filter(id=result_id).first()
         if row is not None:
             return to_task_result(row)

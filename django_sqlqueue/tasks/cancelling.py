@@ -9,10 +9,11 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from django.db import router, transaction
+from django.db import transaction
 from django.utils import timezone
 
 from ..cancelling import cancel
+from ..conf import queue_database
 from ..exceptions import Cancelled
 from ..models import QueueMessage, TaskResultRecord
 from ..rows import decode_json, epoch_ms_to_datetime
@@ -33,7 +34,7 @@ class TaskCancellation:
 
 def cancel_task(queues: list[str], result_id: str, by: str) -> TaskCancellation:
     """Cancel the READY task ``result_id`` of one of ``queues``."""
-    alias = router.db_for_write(TaskResultRecord)
+    alias = queue_database()
     topics = [topic_for(q) for q in queues]
     waiting = QueueMessage.objects.waiting_task(topics, result_id, alias)
     if waiting is not None and waiting.position is None:

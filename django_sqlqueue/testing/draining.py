@@ -8,11 +8,10 @@ import socket
 from collections.abc import Iterable
 from datetime import datetime
 
-from django.db import router
 from django.utils import timezone
 
+from ..conf import queue_database
 from ..consuming.registry import Subscription, autodiscover, subscriptions
-from ..models import QueueMessage
 from ..models.fields import SUBSCRIBER_NAME_LENGTH
 from .inline import InlineWorker, TestClock
 from .summary import DrainResult
@@ -49,7 +48,7 @@ def drain(
     selected = _select(_names("topic", topic), _names("group", group), worker_name)
     clock = TestClock()
     worker = InlineWorker(
-        selected, name=worker_name, using=using or router.db_for_write(QueueMessage),
+        selected, name=worker_name, using=using or queue_database(),
         clock=clock, advance_delays=advance_delays, max_messages=max_messages,
         max_cycles=max_cycles,
     )

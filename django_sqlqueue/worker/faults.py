@@ -1,4 +1,5 @@
-"""Riding out database faults: deadlocks, lock timeouts, a locked SQLite file, restarts."""
+"""Riding out database faults: deadlocks, lock timeouts, a locked SQLite file, restarts,
+and a database that cannot be reached yet when a process starts (a restart, a failover)."""
 
 from __future__ import annotations
 
@@ -10,13 +11,26 @@ from collections.abc import Callable
 
 from django.db import connections
 
-from ..db.errors import is_disconnect, is_transient
+from ..db.errors import is_disconnect, is_transient, is_unreachable
+from ..exceptions import SQLQueueError
 from ..logtext import loggable
 
 logger = logging.getLogger("django_sqlqueue.worker")
 
 MIN_DELAY = 0.05  # seconds before the first retry
 MAX_DELAY = 5.0  # seconds, the longest wait between retries
+# Seconds between two lines of a process waiting for its database: the retries start 50 ms
+# apart, and a failover would otherwise print a screenful in its first second.
+REPORT_EVERY = 1.0
+
+
+class DatabaseUnreachable(SQLQueueError):
+    """The database could not be reached within the time given; ``__cause__`` is the last
+    error."""
+
+    def __init__(self, using: str, seconds: float, last: BaseException) -> None:
+        super().__init__(f"database {using!r} unreachable for {seconds:.1f}s: {one_line(last)}")
+        self.using = using
 
 
 class FaultBackoff:
@@ -31,8 +45,9 @@ class FaultBackoff:
             logger.info("database recovered after %s failed attempt(s)", self.failures)
         self.failures = 0
 
-    def failed(self, step: str, exc: BaseException) -> float:
-        """Record a failure of ``step``; return the seconds to wait before trying again."""
+    def failed(self, step: str, exc: BaseException, *, log: bool = True) -> float:
+        """Record a failure of ``step``; return the seconds to wait before trying again.
+        ``log=False``: the caller says so itself."""
         self.failures += 1
         transient = is_transient(exc)
         if is_disconnect(exc) or not transient:
@@ -42,29 +57,41 @@ class FaultBackoff:
                 connections[self.using].close()
         delay = min(MAX_DELAY, MIN_DELAY * 2 ** min(self.failures - 1, 10))
         delay = delay / 2 + random.uniform(0, delay / 2)
+        if not log:
+            return float(delay)
         if transient:
             logger.warning(
                 "step=%s transient database error, retrying in %.2fs attempt=%s error=%s",
-                step, delay, self.failures, _one_line(exc),
+                step, delay, self.failures, one_line(exc),
             )
         else:
             logger.error(
                 "step=%s unexpected error, retrying in %.2fs attempt=%s error=%s",
-                step, delay, self.failures, _one_line(exc), exc_info=exc,
+                step, delay, self.failures, one_line(exc), exc_info=exc,
             )
         return float(delay)
 
 
-def _one_line(exc: BaseException) -> str:
+def one_line(exc: BaseException) -> str:
+    """``exc`` as one log-safe line: its type and message, whitespace folded."""
     return loggable(" ".join(f"{type(exc).__name__}: {exc}".split()), 300)
 
 
-def wait_for_database(using: str, sleep: Callable[[float], object] = time.sleep) -> None:
-    """Return once the database answers, retrying with backoff (at most MAX_DELAY apart)
-    and logging each failed try: a worker started while its database restarts waits for
-    it instead of failing on its first query. Errors other than an unreachable server
-    (bad credentials, say) are raised at once."""
+def wait_for_database(using: str, *, timeout: float | None = None,
+                      sleep: Callable[[float], object] = time.sleep,
+                      report: Callable[[str], object] | None = None) -> None:
+    """Return once the database ``using`` answers a query.
+
+    A process started while its database restarts or fails over retries its first
+    connection as the worker retries any later fault: with backoff (at most MAX_DELAY
+    apart), saying so at most once per REPORT_EVERY (through ``report``, else the log). A
+    refusal no retry cures (bad credentials, an unknown database) and errors that are not
+    about reaching the database are raised at once. With ``timeout`` (seconds), gives up
+    after that long with :class:`DatabaseUnreachable`.
+    """
     backoff = FaultBackoff(using)
+    started = time.monotonic()
+    next_report = started
     while True:
         try:
             connection = connections[using]
@@ -72,16 +99,24 @@ def wait_for_database(using: str, sleep: Callable[[float], object] = time.sleep)
             with connection.cursor() as cursor:
                 cursor.execute("SELECT 1")
         except Exception as exc:
-            if not is_disconnect(exc) or _refused_login(exc):
+            if not is_unreachable(exc, connections[using].vendor):
                 raise
-            sleep(backoff.failed("connect", exc))
+            delay = backoff.failed("connect", exc, log=False)
+            now = time.monotonic()
+            if timeout is not None:
+                if now - started >= timeout:
+                    raise DatabaseUnreachable(using, now - started, exc) from exc
+                delay = min(delay, timeout - (now - started))
+            if now >= next_report:
+                next_report = now + REPORT_EVERY
+                # The worker's line for any transient fault, one step named "connect".
+                line = (f"step=connect transient database error, retrying in {delay:.2f}s "
+                        f"database={using} attempt={backoff.failures} error={one_line(exc)}")
+                if report is None:
+                    logger.warning("%s", line)
+                else:
+                    report(line)
+            sleep(delay)
             continue
         backoff.succeeded()
         return
-
-
-def _refused_login(exc: BaseException) -> bool:
-    """The server answered and refused us: waiting will not help."""
-    text = str(exc).lower()
-    return "access denied" in text or "authentication failed" in text or \
-        "does not exist" in text or "unknown database" in text

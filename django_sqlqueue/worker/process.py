@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING
 
 from django.db import connections
 
-from ..conf import get_settings
+from ..conf import get_settings, queue_database
 from ..consuming.registry import Subscription
 from ..db import notify
 from ..db.errors import is_disconnect, is_transient
@@ -83,10 +83,11 @@ class Worker:
         name: str | None = None,
         concurrency: int = 4,
         burst: bool = False,
-        using: str = "default",
+        using: str | None = None,
         metrics: WorkerMetrics | None = None,
         schedules: bool = False,
     ) -> None:
+        using = using or queue_database()
         if not subscriptions:
             raise ValueError("a worker needs at least one subscription")
         if concurrency < 1:

@@ -12,13 +12,14 @@ from typing import Any, NoReturn
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db import connections
 
+from django_sqlqueue.conf import queue_database
 from django_sqlqueue.consuming.registry import Subscription, autodiscover, subscriptions
 from django_sqlqueue.exceptions import ConfigurationError
+from django_sqlqueue.management.connecting import wait_for
 from django_sqlqueue.metrics import MISSING as METRICS_MISSING
 from django_sqlqueue.metrics import available as metrics_available
 from django_sqlqueue.metrics.worker import WorkerMetrics
 from django_sqlqueue.models.fields import SUBSCRIBER_NAME_LENGTH
-from django_sqlqueue.worker.faults import wait_for_database
 from django_sqlqueue.worker.process import EXIT_HANDLERS_ABANDONED, Worker, default_worker_name
 
 USAGE_ERROR = 2  # exit status for bad options, as argparse uses
@@ -68,8 +69,10 @@ class Command(BaseCommand):
         parser.add_argument("--no-schedules", action="store_true",
                             help="Do not fire recurring schedules here (by default every "
                                  "worker may fire them; each tick still fires once).")
-        parser.add_argument("--database", default="default",
-                            help="Database alias holding the queue tables (default: default).")
+        parser.add_argument("--database", default=None,
+                            help="Database alias holding the queue tables (default: "
+                                 "SQLQUEUE['DATABASE'], or where DATABASE_ROUTERS send the "
+                                 "app: normally 'default').")
         parser.add_argument("--metrics-port", default=None, metavar="PORT",
                             help="Serve Prometheus metrics of this worker on PORT (needs the "
                                  "'metrics' extra).")
@@ -80,18 +83,14 @@ class Command(BaseCommand):
 
     def execute(self, *args: Any, **options: Any) -> Any:
         # The system checks query the database: a worker started while the database
-        # restarts (a supervisor restarting everything at once) waits for it first.
-        alias = options.get("database") or "default"
-        if alias in connections:
-            _configure_logging(int(options.get("verbosity", 1)))
-            try:
-                wait_for_database(alias)
-            except Exception as exc:
-                raise CommandError(f"cannot use database {alias!r}: "
-                                   f"{' '.join(str(exc).split())}") from exc
+        # restarts or fails over (a supervisor restarting everything at once) waits for it
+        # first, as long as it takes, as it waits out any later fault.
+        _configure_logging(int(options.get("verbosity", 1)))
+        wait_for(options.get("database") or queue_database(), timeout=None)
         return super().execute(*args, **options)
 
     def handle(self, *args: Any, **options: Any) -> None:
+        options["database"] = options["database"] or queue_database()
         concurrency = _check_options(options)
         name = options["name"] or default_worker_name()
         selected = _select(options, name)

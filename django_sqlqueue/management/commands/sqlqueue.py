@@ -12,12 +12,12 @@ import sys
 from argparse import ArgumentParser
 from typing import Any, NoReturn
 
-from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.core.management.base import BaseCommand, CommandError, CommandParser, OutputWrapper
 from django.db import DatabaseError, connections
 
 from django_sqlqueue import operations as ops
 from django_sqlqueue.cancelling import cancel
-from django_sqlqueue.conf import MAX_PARTITIONS, get_settings
+from django_sqlqueue.conf import MAX_PARTITIONS, queue_database
 from django_sqlqueue.consuming.registry import autodiscover, subscriptions
 from django_sqlqueue.db.schema_state import (
     NotMigrated,
@@ -27,7 +27,7 @@ from django_sqlqueue.db.schema_state import (
 )
 from django_sqlqueue.exceptions import ConfigurationError, TopicNotDrained
 from django_sqlqueue.groups import GroupInUse, UnknownGroup
-from django_sqlqueue.management import tables
+from django_sqlqueue.management import connecting, tables
 from django_sqlqueue.management.progress import ProgressBar
 from django_sqlqueue.management.selection import (
     MAX_INDENT,
@@ -36,6 +36,7 @@ from django_sqlqueue.management.selection import (
     dead_letter_filter,
     json_indent,
     positive_seconds,
+    refuse_dead_letter_topic,
 )
 from django_sqlqueue.models import ConsumerOffset, QueueMessage, Topic
 from django_sqlqueue.repartition import repartition
@@ -92,11 +93,25 @@ class Command(BaseCommand):
         for name, text in SUBCOMMANDS.items():
             subparser = subparsers.add_parser(name, help=text, description=text)
             getattr(self, f"add_{name.replace('-', '_')}_arguments")(subparser)
-            subparser.add_argument("--database", default="default",
-                                   help="Database alias holding the queue tables (default: default).")
+            subparser.add_argument("--database", default=None,
+                                   help="Database alias holding the queue tables (default: "
+                                        "SQLQUEUE['DATABASE'], normally 'default').")
+            connecting.add_wait_argument(subparser)
             _errors_in_one_line(subparser, f"sqlqueue {name}")
 
+    def execute(self, *args: Any, **options: Any) -> Any:
+        # Before the system checks, which may query the database (MySQL's JSON support): a
+        # command started while its database restarts or fails over waits for it.
+        # Quiet while it waits (a probe reads one line), each retry shown with -v 2.
+        wait, err = options.get("wait"), OutputWrapper(options.get("stderr") or sys.stderr)
+        connecting.wait_for(
+            options.get("database") or queue_database(),
+            connecting.CONNECT_WAIT if wait is None else positive_seconds("--wait", wait),
+            err.write if int(options.get("verbosity", 1)) > 1 else connecting.quietly)
+        return super().execute(*args, **options)
+
     def handle(self, *args: Any, **options: Any) -> None:
+        options["database"] = options["database"] or queue_database()
         if options["database"] not in connections:
             raise CommandError(f"unknown database alias {options['database']!r}",
                                returncode=USAGE_ERROR)
@@ -109,9 +124,12 @@ class Command(BaseCommand):
         except NotMigrated as exc:
             raise CommandError(exc.line, returncode=NOT_MIGRATED) from exc
         except DatabaseError as exc:
-            if not is_missing_schema(exc):
+            if is_missing_schema(exc):
+                raise CommandError(not_migrated_line(using), returncode=NOT_MIGRATED) from exc
+            gone = connecting.lost(using, exc)  # lost mid-command (a failover): one line
+            if gone is None:
                 raise
-            raise CommandError(not_migrated_line(using), returncode=NOT_MIGRATED) from exc
+            raise gone from exc
 
     # ----------------------------------------------------------------- stats
 
@@ -206,7 +224,7 @@ class Command(BaseCommand):
     def _dead_letters(self, options: dict[str, Any], action: Any, verb: str) -> None:
         flt = dead_letter_filter(options)
         if flt.topic is not None:
-            _refuse_dead_letter_topic(flt.topic, options["database"])
+            refuse_dead_letter_topic(flt.topic, options["database"])
         self._known_names(options, options["database"])
         batch = batch_size_option(options["batch_size"])
         bar = ProgressBar(self.stderr, label=verb)
@@ -428,20 +446,3 @@ def _subscribed_topics() -> set[str]:
     except ConfigurationError as exc:
         raise CommandError(str(exc)) from exc
     return {s.topic for s in subscriptions()}
-
-
-def _refuse_dead_letter_topic(topic: str, using: str) -> None:
-    """Refuse --topic naming a dead-letter topic (orders_dlq) where the original topic
-    (orders) is meant: it would quietly match nothing."""
-    suffix = get_settings().dlq_suffix
-    base = topic[:-len(suffix)] if topic.endswith(suffix) else ""
-    if not base:
-        return
-    dead_letters = QueueMessage.objects.using(using).filter(failed_at__gt=0)
-    if dead_letters.filter(original_topic=topic).exists():
-        return  # a group consumes the dead-letter topic itself and gave up on some
-    if (dead_letters.filter(original_topic=base).exists()
-            or Topic.objects.using(using).filter(topic=base).exists()):
-        raise CommandError(
-            f"--topic is the topic the messages were published to, not their dead-letter "
-            f"topic: use --topic {base} (not {topic})", returncode=USAGE_ERROR)
