@@ -87,7 +87,6 @@ class Worker:
         metrics: WorkerMetrics | None = None,
         schedules: bool = False,
     ) -> None:
-        using = using or queue_database()
         if not subscriptions:
             raise ValueError("a worker needs at least one subscription")
         if concurrency < 1:
@@ -102,7 +101,7 @@ class Worker:
         self.subscriptions = subscriptions
         self.name = name or default_worker_name()
         self.burst = burst
-        self.using = using
+        self.using = using = using or queue_database()
         self.capacity = max(concurrency * 10, 100)  # messages in flight per worker
         self.clock = DatabaseClock()
         self.wake = threading.Event()
