@@ -16,15 +16,23 @@ import shutil
 import subprocess
 import sys
 import textwrap
+import time
 
 import pytest
 from django.db import connection
 
 import django_sqlqueue as sqlqueue
 from clusters.pgbouncer import PgBouncer, base_directory
-from django_sqlqueue.models import DeadLetter, QueueMessage
+from django_sqlqueue.models import DeadLetter, PartitionLease, QueueMessage
+from django_sqlqueue.worker.liveness import SETTLE
 from tests.testapp.models import Handled
-from tests.worker_harness import REPO_ROOT, wait_until, worker_env, worker_pool
+from tests.worker_harness import (
+    REPO_ROOT,
+    lease_counts,
+    wait_until,
+    worker_env,
+    worker_pool,
+)
 
 pytestmark = [
     pytest.mark.django_db(transaction=True),
@@ -129,3 +137,35 @@ def test_without_a_direct_connection_the_worker_polls_and_judges_by_leases(
     assert "polling only" in worker.stderr
     assert "listening for notifications" not in worker.stderr
     assert "liveness=lease" in worker.stderr
+
+
+def test_the_direct_listener_wakes_a_pooled_worker_long_before_its_poll(workers, pooled_env):
+    worker = workers.start("woken", "--topic", "orders", extra_env=pooled_env,
+                           settings={**DIRECT, "POLL_INTERVAL": 5.0})
+    wait_until(lambda: "listening for notifications" in worker.stderr,
+               what="the listener on the direct connection", watch=[worker])
+    time.sleep(0.3)  # past the wake-up and poll that follow the listener's start
+    published = time.time()
+    sqlqueue.publish("orders", {"n": "woken"})
+    wait_until(lambda: Handled.objects.filter(topic="orders").count() == 2, timeout=10,
+               what="the message handled by both groups", watch=[worker])
+    took = max(Handled.objects.values_list("handled_at", flat=True)) - published
+    assert took < 2.0, f"took {took:.2f}s: polled, not woken"
+
+
+def test_a_killed_pooled_workers_partitions_are_taken_over_by_its_direct_lock(
+        workers, pooled_env):
+    settings = {**DIRECT, "LEASE_DURATION": 30.0, "RENEW_INTERVAL": 0.5}
+    a = workers.start("live-a", "--topic", "spread", settings=settings, extra_env=pooled_env)
+    b = workers.start("live-b", "--topic", "spread", settings=settings, extra_env=pooled_env)
+    wait_until(lambda: lease_counts(["live-a", "live-b"]) == [2, 2], what="a 2/2 share",
+               watch=[a, b])
+    wait_until(lambda: not PartitionLease.objects.filter(topic="spread", liveness_token="")
+               .exists(), what="both workers' tokens on their leases", watch=[a, b])
+    time.sleep(SETTLE)
+    b.kill()
+    killed = time.monotonic()
+    wait_until(lambda: lease_counts(["live-a"]) == [4], timeout=10,
+               what="the survivor holding every partition", watch=[a])
+    took = time.monotonic() - killed
+    assert took <= 2.0, f"took {took:.2f}s with a 30 s lease"
