@@ -16,6 +16,8 @@
 #   make bench         benchmarks/run.py against BENCH_DATABASE_URL (default: MariaDB)
 #   make bench-spark   the Spark data source: 1,000,000 rows bulk-published and read back
 #                      (local[2]) against BENCH_DATABASE_URL (default: MariaDB)
+#   make pgbouncer     PgBouncer (transaction pooling) in front of the local PostgreSQL;
+#                      prints its URL; make pgbouncer-stop stops it
 #   make chaos         workers and publishers under faults for CHAOS_SECONDS (default 180)
 #                      against CHAOS_DATABASE_URL (default: MariaDB), then a loss report;
 #                      make test runs a 60 s version of it on MariaDB
@@ -167,10 +169,10 @@ endef
 
 # --------------------------------------------------------------------------- targets
 
-.PHONY: help demo admin test venvs test-matrix test-full test-backends test-compat test-wheel lint check-migrations bench bench-spark chaos chaos-short provision clean FORCE
+.PHONY: help demo admin test venvs test-matrix test-full test-backends test-compat test-wheel lint check-migrations bench bench-spark chaos chaos-short pgbouncer pgbouncer-stop provision clean FORCE
 
 help:
-	@sed -n '3,30s/^# \{0,1\}//p' $(firstword $(MAKEFILE_LIST))
+	@sed -n '3,32s/^# \{0,1\}//p' $(firstword $(MAKEFILE_LIST))
 
 # The venv marker is re-checked on every run but only rewritten when the interpreter
 # changes, so the install stamps below are redone only when needed.
@@ -324,6 +326,14 @@ chaos-short: $(VENV)/.stamp-dev | provision
 	@echo "sqlqueue: [$$(date +%T)] $@"
 	DATABASE_URL='$(MYSQL_URL)' $(PY) -m tests.chaos.run --seconds $(CHAOS_SHORT_SECONDS) \
 	  --drain-timeout 180 $(CHAOS_ARGS)
+
+# PgBouncer in transaction pooling mode in front of the local PostgreSQL, on port 26432
+# (SQLQUEUE_PGBOUNCER_PORT), its files under .test-data/pgbouncer: prints the URL to use.
+pgbouncer: | provision
+	@$(PY) -m clusters.pgbouncer start
+
+pgbouncer-stop:
+	@$(PY) -m clusters.pgbouncer stop
 
 clean:
 	rm -rf $(VENV) $(COMPAT_VENV) .test-data .mypy_cache .ruff_cache .pytest_cache build dist

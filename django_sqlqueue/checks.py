@@ -293,6 +293,48 @@ def check_sqlite_transaction_mode(
     return warnings
 
 
+@register("sqlqueue")
+def check_pooler(
+    app_configs: Sequence[AppConfig] | None = None, **kwargs: Any,
+) -> list[CheckMessage]:
+    """``SQLQUEUE["DIRECT_DATABASE"]`` names a configured alias (``E102``); an alias
+    behind a transaction pooler (``DISABLE_SERVER_SIDE_CURSORS``) either has one, or its
+    workers poll without wake-up on commit (``W102``); and psycopg does not prepare
+    statements there (``W103``)."""
+    from .db.pooling import pooled
+
+    values = raw_settings()
+    direct = values["DIRECT_DATABASE"]
+    hint = see("operating", "PgBouncer")
+    if direct is not None and (not isinstance(direct, str) or direct not in settings.DATABASES):
+        known = ", ".join(map(repr, settings.DATABASES))
+        return [Error(f"SQLQUEUE['DIRECT_DATABASE'] must be None or name an alias of "
+                      f"DATABASES ({known}), got {direct!r}.", hint=hint, id="sqlqueue.E102")]
+    messages: list[CheckMessage] = []
+    for alias, config in settings.DATABASES.items():
+        if not pooled(alias):
+            continue
+        if direct is None and values["NOTIFY"] is True:
+            messages.append(Warning(
+                f"DATABASES[{alias!r}] goes through a transaction pooler "
+                "(DISABLE_SERVER_SIDE_CURSORS) and SQLQUEUE['DIRECT_DATABASE'] names no "
+                "direct connection: workers there wake up by polling only (every "
+                "POLL_INTERVAL), not on commit, and notice a killed worker by its lease alone.",
+                hint="Add an alias reaching the same database without the pooler and name it "
+                "in SQLQUEUE['DIRECT_DATABASE']. " + hint,
+                id="sqlqueue.W102", obj=f"DATABASES[{alias!r}]"))
+        options = config.get("OPTIONS") or {}
+        if options.get("prepare_threshold") is not None:
+            messages.append(Warning(
+                f"DATABASES[{alias!r}] goes through a transaction pooler but sets "
+                f"OPTIONS['prepare_threshold'] = {options['prepare_threshold']!r}: psycopg's "
+                "prepared statements belong to one server session, and the pooler hands the "
+                "next transaction another one.",
+                hint="Leave prepare_threshold out (Django's default, None). " + hint,
+                id="sqlqueue.W103", obj=f"DATABASES[{alias!r}]"))
+    return messages
+
+
 # A deployment check: SQLite projects (the demo, every test suite on SQLite) would otherwise
 # read it on every manage.py command, and nothing is wrong with them.
 @register("sqlqueue", deploy=True)

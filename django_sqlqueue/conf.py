@@ -89,6 +89,11 @@ DEFAULTS: dict[str, Any] = {
     # its partitions at once instead of after LEASE_DURATION. False: leases alone (as on
     # SQLite, which has no server session).
     "LIVENESS": True,
+    # PostgreSQL behind a transaction pooler (PgBouncer): an alias of DATABASES reaching the
+    # queue's database directly, for what needs a server session of its own (the wake-up
+    # listener, the liveness lock). None: the queue's alias itself, unless that sets
+    # DISABLE_SERVER_SIDE_CURSORS (a pooler): then polling and leases alone.
+    "DIRECT_DATABASE": None,
 }
 
 MAX_PARTITIONS = 4096  # per topic; lease rows, watermarks and fair share count partitions
@@ -139,6 +144,7 @@ class QueueSettings:
     task_modules: list[str]
     notify: bool
     liveness: bool
+    direct_database: str | None
 
     def partitions_for(self, topic: str) -> int:
         """The partition count configured for ``topic`` (the recorded count wins once a

@@ -126,6 +126,12 @@ elif _engine == "django.db.backends.mysql":
 if _test_db_name := os.environ.get("SQLQUEUE_TEST_DB_NAME"):
     _db["NAME"] = _test_db_name
 
+# Behind PgBouncer in transaction pooling mode (tests/test_pgbouncer.py starts it on this
+# port): "default" goes through the pooler, "direct" reaches the same database without it.
+if (_pooler_port := os.environ.get("SQLQUEUE_TEST_POOLER_PORT")) and "postgresql" in _engine:
+    DATABASES["direct"] = dict(_db)
+    _db.update(HOST="127.0.0.1", PORT=int(_pooler_port), DISABLE_SERVER_SIDE_CURSORS=True)
+
 # --------------------------------------------------------------------------- sqlqueue
 
 # Settings for django_sqlqueue itself, tuned so worker tests finish quickly: fast polls,

@@ -14,6 +14,7 @@ from django.test import override_settings
 from django_sqlqueue.checks import (
     check_database_isolation,
     check_liveness,
+    check_pooler,
     check_settings,
     check_sqlite_transaction_mode,
     check_task_backends,
@@ -413,6 +414,52 @@ def test_a_postgresql_alias_set_up_for_a_transaction_pooler_is_w101():
     [warning] = liveness_warnings("django.db.backends.postgresql",
                                   DISABLE_SERVER_SIDE_CURSORS=True)
     assert "transaction pooler" in warning
+
+
+def test_a_pooled_alias_with_a_direct_connection_holds_its_lock_there():
+    pg = {"ENGINE": "django.db.backends.postgresql", "NAME": "x"}
+    databases = {"default": {**pg, "PORT": 26432, "DISABLE_SERVER_SIDE_CURSORS": True},
+                 "direct": pg}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        with override_settings(DATABASES=databases, SQLQUEUE={"DIRECT_DATABASE": "direct"}):
+            assert check_liveness() == []
+            assert check_pooler() == []
+
+
+def pooler_messages(sqlqueue: dict[str, object], **config: object) -> list[str]:
+    databases = {"default": {"ENGINE": "django.db.backends.postgresql", "NAME": "x",
+                             "DISABLE_SERVER_SIDE_CURSORS": True, **config}}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        with override_settings(DATABASES=databases, SQLQUEUE=sqlqueue):
+            return [f"{message.id} {message.msg}" for message in check_pooler()]
+
+
+def test_a_pooled_alias_without_a_direct_connection_is_w102():
+    [warning] = pooler_messages({})
+    assert warning.startswith("sqlqueue.W102 ") and "polling only" in warning
+
+
+def test_a_pooled_alias_without_notifications_needs_no_direct_connection():
+    assert pooler_messages({"NOTIFY": False}) == []
+
+
+def test_prepared_statements_behind_a_pooler_are_w103():
+    messages = pooler_messages({"NOTIFY": False}, OPTIONS={"prepare_threshold": 5})
+    assert [m.split()[0] for m in messages] == ["sqlqueue.W103"]
+    assert pooler_messages({"NOTIFY": False}, OPTIONS={"prepare_threshold": None}) == []
+
+
+@pytest.mark.parametrize("direct", ["nowhere", 5, ""])
+def test_a_direct_database_that_is_no_alias_is_e102(direct):
+    [error] = pooler_messages({"DIRECT_DATABASE": direct})
+    assert error.startswith("sqlqueue.E102 ")
+
+
+def test_pooler_checks_stay_silent_without_a_pooler():
+    with override_settings(SQLQUEUE={}):
+        assert check_pooler() == []
 
 
 def test_liveness_is_a_deployment_check():

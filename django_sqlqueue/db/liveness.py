@@ -21,6 +21,7 @@ from django.db import connections
 from django.db.backends.base.base import BaseDatabaseWrapper
 
 from ..conf import get_settings
+from . import pooling
 from .vendor import Vendored
 
 LOCK_PREFIX = "sqlqueue-liveness-"  # MariaDB/MySQL lock names: this and the token (50 chars)
@@ -32,7 +33,7 @@ TOKEN_RE = re.compile(r"[0-9a-f]{32}")  # a worker process's token (uuid4().hex)
 
 def liveness_settings(using: str) -> dict[str, Any]:
     """The ``DATABASES`` entry the liveness connection of a worker on ``using`` opens."""
-    return dict(settings.DATABASES[using])
+    return dict(settings.DATABASES[pooling.session_alias(using) or using])
 
 
 def liveness_connection(using: str) -> BaseDatabaseWrapper:
@@ -42,7 +43,7 @@ def liveness_connection(using: str) -> BaseDatabaseWrapper:
     a session lock must live on a server session of its own, so behind a transaction
     pooler this is where a direct connection would be named.
     """
-    return connections.create_connection(using)
+    return connections.create_connection(pooling.session_alias(using) or using)
 
 
 def fallback_reason(using: str) -> str | None:
@@ -50,16 +51,17 @@ def fallback_reason(using: str) -> str | None:
     None when they hold one."""
     if get_settings().liveness is False:
         return "SQLQUEUE['LIVENESS'] is False"
+    if using not in settings.DATABASES:
+        return f"DATABASES has no alias {using!r}"
+    if pooling.session_alias(using) is None:
+        # There a session lock would stay with a pooled server connection, whoever holds it.
+        return (f"DATABASES[{using!r}] sets DISABLE_SERVER_SIDE_CURSORS, as behind a "
+                "transaction pooler, and SQLQUEUE['DIRECT_DATABASE'] names no direct "
+                "connection")
     config = liveness_settings(using)
     engine = str(config.get("ENGINE", ""))
     if "sqlite3" in engine:
         return "SQLite has no server session a lock could belong to"
-    if "postgresql" in engine and config.get("DISABLE_SERVER_SIDE_CURSORS"):
-        # Django's advice for PgBouncer's transaction pooling: there a session lock would
-        # stay with a pooled server connection, whoever holds it.
-        return (f"DATABASES[{using!r}] sets DISABLE_SERVER_SIDE_CURSORS, as behind a "
-                "transaction pooler, where a session lock stays with a pooled server "
-                "connection")
     if "postgresql" not in engine and "mysql" not in engine:
         return f"the {engine or 'unknown'} backend has no session locks"
     return None

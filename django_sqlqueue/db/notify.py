@@ -38,6 +38,7 @@ from django.db.backends.base.base import BaseDatabaseWrapper
 
 from ..conf import get_settings
 from ..logtext import loggable
+from . import pooling
 
 logger = logging.getLogger("django_sqlqueue.publish")
 
@@ -212,15 +213,17 @@ def announce(topics: Iterable[str], using: str) -> None:
 
 def listener_connection(using: str, name: str) -> Any:
     """A new autocommit psycopg 3 connection of its own that LISTENs on the channel, named
-    ``name`` in ``pg_stat_activity.application_name``; None when the driver cannot wait
-    for notifications (psycopg2)."""
+    ``name`` in ``pg_stat_activity.application_name``, opened on the direct alias when
+    ``using`` goes through a transaction pooler (see :mod:`.pooling`); None when the
+    driver cannot wait for notifications (psycopg2) or there is no direct connection."""
     from django.db.backends.postgresql.psycopg_any import is_psycopg3
 
-    if not is_psycopg3:
+    alias = pooling.session_alias(using)
+    if not is_psycopg3 or alias is None:
         return None
     import psycopg
 
-    params = connections.create_connection(using).get_connection_params()
+    params = connections.create_connection(alias).get_connection_params()
     params["application_name"] = name[:APPLICATION_NAME_LENGTH]
     params["autocommit"] = True
     raw = psycopg.Connection.connect(**params)

@@ -254,6 +254,13 @@ def without_jit(connection: BaseDatabaseWrapper) -> Iterator[None]:
     if connection.vendor != "postgresql":
         yield
         return
+    if connection.settings_dict.get("DISABLE_SERVER_SIDE_CURSORS"):
+        # Behind a transaction pooler: only for the block's transaction, never the session.
+        if connection.in_atomic_block:
+            with connection.cursor() as cursor:
+                cursor.execute("SELECT set_config('jit', 'off', true)")
+        yield
+        return
     with connection.cursor() as cursor:
         cursor.execute("SELECT current_setting('jit'), set_config('jit', 'off', false)")
         before = cursor.fetchone()[0]

@@ -23,6 +23,7 @@ from collections.abc import Iterable
 from django.db import connections, transaction
 
 from ..conf import get_settings
+from ..db import pooling
 from ..db.errors import is_disconnect, is_transient
 from ..models import (
     ArchiveMark,
@@ -218,6 +219,8 @@ def _bound_lock_waits(using: str) -> None:
     connection.ensure_connection()
     if getattr(connection, "_sqlqueue_gc_bounded", None) is connection.connection:
         return
+    if pooling.pooled(using):
+        return  # a SET would stay with another client's server session
     with connection.cursor() as cursor:
         if connection.vendor == "mysql":
             cursor.execute(f"SET SESSION innodb_lock_wait_timeout = {LOCK_TIMEOUT}")

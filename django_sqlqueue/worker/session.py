@@ -24,7 +24,7 @@ from typing import Any
 
 from django.db import connections
 
-from ..db import vendor
+from ..db import pooling, vendor
 
 LOCK_WAIT = 2.0  # seconds, the longest wait for a lock of the worker's poll loop
 
@@ -62,6 +62,11 @@ class SessionBounds:
         self._applied_to = None
 
     def _statements(self, connection: Any, default: bool = False) -> list[str]:
+        if pooling.pooled(self.using):
+            # A SET would stay with whichever server session ran it. Behind a transaction
+            # pooler its own idle_transaction_timeout bounds an idle transaction instead
+            # (docs/operating.md), and lock waits are not bounded.
+            return []
         statements = vendor.lock_timeout_sql(connection, None if default else self.lock_wait)
         if connection.vendor == "postgresql":
             statements.append("SET idle_in_transaction_session_timeout = "

@@ -19,7 +19,7 @@ import threading
 from collections.abc import Iterable
 from typing import Any
 
-from ..db import notify
+from ..db import notify, pooling
 from ..logtext import loggable
 
 logger = logging.getLogger("django_sqlqueue.worker")
@@ -70,8 +70,11 @@ class Listener:
             try:
                 conn = notify.listener_connection(self.using, self.name)
                 if conn is None:
-                    logger.info("no wake-up on commit: the database driver is not psycopg 3; "
-                                "polling only")
+                    logger.info("no wake-up on commit: %s; polling only",
+                                "the database goes through a transaction pooler and "
+                                "SQLQUEUE['DIRECT_DATABASE'] names no direct connection"
+                                if pooling.session_alias(self.using) is None
+                                else "the database driver is not psycopg 3")
                     return
                 self.listening.set()
                 # Messages may have committed while the connection was down: look now.
