@@ -19,6 +19,10 @@
 #   make chaos         workers and publishers under faults for CHAOS_SECONDS (default 180)
 #                      against CHAOS_DATABASE_URL (default: MariaDB), then a loss report;
 #                      make test runs a 60 s version of it on MariaDB
+#   make cluster-pg    a PostgreSQL primary and a synchronous replica on ports 25432 and
+#                      25433 (clusters/pg.py); prints their URLs. cluster-pg-stop stops it
+#   make cluster-galera  three MariaDB Galera nodes behind HAProxy (one writer node) on
+#                      23060-23063 (clusters/galera.py); cluster-galera-stop stops it
 #   make provision     install mysqlclient's build packages, start MariaDB and PostgreSQL
 #                      (test and bench do this first; PROVISION=0 skips it)
 #   make clean         remove virtualenvs, test databases and caches
@@ -112,7 +116,7 @@ CHAOS_SHORT_SECONDS ?= 60
 CHAOS_ARGS ?=
 PROVISION ?= 1
 
-LINT_PATHS := $(wildcard django_sqlqueue tests example_project benchmarks)
+LINT_PATHS := $(wildcard django_sqlqueue tests example_project benchmarks clusters)
 IS_CI := $(filter 1 true True TRUE yes on,$(CI))
 
 # --------------------------------------------------------------------------- helpers
@@ -168,9 +172,10 @@ endef
 # --------------------------------------------------------------------------- targets
 
 .PHONY: help demo admin test venvs test-matrix test-full test-backends test-compat test-wheel lint check-migrations bench bench-spark chaos chaos-short provision clean FORCE
+.PHONY: cluster-pg cluster-pg-stop cluster-galera cluster-galera-stop
 
 help:
-	@sed -n '3,30s/^# \{0,1\}//p' $(firstword $(MAKEFILE_LIST))
+	@sed -n '3,/^$$/s/^# \{0,1\}//p' $(firstword $(MAKEFILE_LIST))
 
 # The venv marker is re-checked on every run but only rewritten when the interpreter
 # changes, so the install stamps below are redone only when needed.
@@ -324,6 +329,22 @@ chaos-short: $(VENV)/.stamp-dev | provision
 	@echo "sqlqueue: [$$(date +%T)] $@"
 	DATABASE_URL='$(MYSQL_URL)' $(PY) -m tests.chaos.run --seconds $(CHAOS_SHORT_SECONDS) \
 	  --drain-timeout 180 $(CHAOS_ARGS)
+
+# The local clusters (clusters/, standard library only): each starts from Debian's
+# packages on ports and data directories of its own (.test-data/clusters), or is kept when
+# it runs already, and prints its URLs; docs/operating.md has the settings for each.
+# `python -m clusters pg run -- COMMAND` runs a command with a fresh cluster up.
+cluster-pg: | provision
+	@$(BASE_PYTHON) -m clusters pg
+
+cluster-pg-stop:
+	@$(BASE_PYTHON) -m clusters pg --stop
+
+cluster-galera: | provision
+	@$(BASE_PYTHON) -m clusters galera
+
+cluster-galera-stop:
+	@$(BASE_PYTHON) -m clusters galera --stop
 
 clean:
 	rm -rf $(VENV) $(COMPAT_VENV) .test-data .mypy_cache .ruff_cache .pytest_cache build dist
