@@ -19,6 +19,11 @@
 #   make chaos         workers and publishers under faults for CHAOS_SECONDS (default 180)
 #                      against CHAOS_DATABASE_URL (default: MariaDB), then a loss report;
 #                      make test runs a 60 s version of it on MariaDB
+#   make chaos-failover  the chaos run on a fresh PostgreSQL pair whose primary fails over,
+#                      then on a fresh Galera cluster whose writer node is killed, each for
+#                      CHAOS_FAILOVER_SECONDS (default 180); make test runs 30 s of each
+#                      (chaos-failover-short); chaos-galera-spread runs the workers on all
+#                      three Galera nodes at once
 #   make cluster-pg    a PostgreSQL primary and a synchronous replica on ports 25432 and
 #                      25433 (clusters/pg.py); prints their URLs. cluster-pg-stop stops it
 #   make cluster-galera  three MariaDB Galera nodes behind HAProxy (one writer node) on
@@ -30,7 +35,8 @@
 # Variables: PYTEST_ARGS (passed to pytest), BACKENDS (default "sqlite mysql postgres"),
 # SQLITE_URL / MYSQL_URL / POSTGRES_URL (and COMPAT_*_URL for the Python 3.11 run, which
 # runs at the same time and so needs databases of its own), BASE_PYTHON / COMPAT_PYTHON,
-# CHAOS_SECONDS / CHAOS_DATABASE_URL / CHAOS_ARGS (e.g. "--seed 7 --keep").
+# CHAOS_SECONDS / CHAOS_DATABASE_URL / CHAOS_ARGS (e.g. "--seed 7 --keep"),
+# CHAOS_FAILOVER_SECONDS, SQLQUEUE_PG_CLUSTER_PORT / SQLQUEUE_GALERA_CLUSTER_PORT.
 
 SHELL := /bin/bash
 .SHELLFLAGS := -eu -o pipefail -c
@@ -113,6 +119,8 @@ BENCH_ARGS ?=
 CHAOS_DATABASE_URL ?= $(or $(DATABASE_URL),$(MYSQL_URL))
 CHAOS_SECONDS ?= 180
 CHAOS_SHORT_SECONDS ?= 60
+CHAOS_FAILOVER_SECONDS ?= 180
+CHAOS_FAILOVER_SHORT_SECONDS ?= 30
 CHAOS_ARGS ?=
 PROVISION ?= 1
 
@@ -173,6 +181,7 @@ endef
 
 .PHONY: help demo admin test venvs test-matrix test-full test-backends test-compat test-wheel lint check-migrations bench bench-spark chaos chaos-short provision clean FORCE
 .PHONY: cluster-pg cluster-pg-stop cluster-galera cluster-galera-stop
+.PHONY: chaos-failover chaos-failover-short chaos-galera-spread
 
 help:
 	@sed -n '3,/^$$/s/^# \{0,1\}//p' $(firstword $(MAKEFILE_LIST))
@@ -253,9 +262,11 @@ test-backends: $(VENV)/.stamp-spark | provision
 # slowest, Python 3.13 on PostgreSQL, 627 s; the Spark sessions 157 s), the chaos run with its
 # poison publisher about 100 s. The tests fork their workers from a launcher with Django loaded
 # (tests/launcher.py): before it, the same run took 1,049-1,279 s. The suites run at once
-# (tests/matrix.py); the chaos run comes last and alone, since it restarts MariaDB.
+# (tests/matrix.py); the chaos run comes last and alone, since it restarts MariaDB, and
+# then the two failover runs on clusters of their own (about 125 s), alone too.
 # docs/benchmarks.md ("CI") has each suite's figures.
-test: venvs lint check-migrations test-matrix $(if $(filter mysql,$(BACKENDS)),chaos-short)
+FAILOVER_SHORT = $(if $(and $(filter mysql,$(BACKENDS)),$(filter postgres,$(BACKENDS))),chaos-failover-short)
+test: venvs lint check-migrations test-matrix $(if $(filter mysql,$(BACKENDS)),chaos-short) $(FAILOVER_SHORT)
 
 # The virtualenvs make test needs, built at once: their installs mostly wait on the network.
 venvs: | provision
@@ -301,7 +312,7 @@ test-matrix: $(VENV)/.stamp-spark $(if $(IS_CI),$(COMPAT_VENV)/.stamp-dev) | pro
 	  '$(WHEEL_SUITE)'
 
 # The whole matrix, one run after another, as a release wants it.
-test-full: lint check-migrations test-wheel test-backends $(if $(filter mysql,$(BACKENDS)),chaos-short) test-compat
+test-full: lint check-migrations test-wheel test-backends $(if $(filter mysql,$(BACKENDS)),chaos-short) $(FAILOVER_SHORT) test-compat
 
 # Without the spark extra: the Spark tests are skipped there, each with its reason.
 test-compat: $(COMPAT_VENV)/.stamp-dev | provision
@@ -329,6 +340,31 @@ chaos-short: $(VENV)/.stamp-dev | provision
 	@echo "sqlqueue: [$$(date +%T)] $@"
 	DATABASE_URL='$(MYSQL_URL)' $(PY) -m tests.chaos.run --seconds $(CHAOS_SHORT_SECONDS) \
 	  --drain-timeout 180 $(CHAOS_ARGS)
+
+# $(call failover_runs,<seconds>,<extra arguments>): the chaos run on a fresh PostgreSQL
+# pair whose primary fails over, then on a fresh Galera cluster whose writer node is
+# killed (tests/chaos/failover.py); both run, and the first failure's status is returned.
+define failover_runs
+	@rc=0; for kind in pg galera; do \
+	  echo "sqlqueue: [$$(date +%T)] $@: $$kind"; \
+	  $(PY) -m tests.chaos.run --failover $$kind --seconds $(1) $(2) $(CHAOS_ARGS) \
+	    || { code=$$?; [ $$rc -ne 0 ] || rc=$$code; }; \
+	done; \
+	exit $$rc
+endef
+
+# Each starts its cluster fresh on ports of its own (clusters/) and stops it at the end,
+# so it may run beside the test servers, but alone: it takes both cores. Measured on this
+# machine: 30 s each, both together about 125 s (cluster starts 2 s and 12 s, drains
+# 15-30 s). docs/reliability.md ("Failover") has the full runs.
+chaos-failover: $(VENV)/.stamp-dev | provision
+	$(call failover_runs,$(CHAOS_FAILOVER_SECONDS))
+
+chaos-failover-short: $(VENV)/.stamp-dev | provision
+	$(call failover_runs,$(CHAOS_FAILOVER_SHORT_SECONDS),--drain-timeout 120)
+
+chaos-galera-spread: $(VENV)/.stamp-dev | provision
+	$(PY) -m tests.chaos.run --galera-spread --seconds $(CHAOS_FAILOVER_SECONDS) $(CHAOS_ARGS)
 
 # The local clusters (clusters/, standard library only): each starts from Debian's
 # packages on ports and data directories of its own (.test-data/clusters), or is kept when
