@@ -34,6 +34,7 @@ USER = "root"  # the database user, without a password (as mariadb-install-db ma
 SERVER_USER = "mysql"
 DATABASE = "test"  # created on the cluster, for the URLs printed
 CHECK_USER = "haproxy_check"  # HAProxy's health check logs in as this user, no password
+PROBE_TABLE = f"`{DATABASE}`.`cluster_probe`"  # a row written to see whether writes commit
 PORT_VARIABLE = "SQLQUEUE_GALERA_CLUSTER_PORT"
 DEFAULT_PORT = 23060
 NODES = 3
@@ -145,7 +146,9 @@ class GaleraCluster:
                 # Replicated to the nodes that join next, with the rest of the data.
                 self.query(node, f"CREATE USER IF NOT EXISTS '{CHECK_USER}'@'{HOST}'; "
                                  f"CREATE DATABASE IF NOT EXISTS `{DATABASE}` "
-                                 "CHARACTER SET utf8mb4 COLLATE utf8mb4_bin")
+                                 "CHARACTER SET utf8mb4 COLLATE utf8mb4_bin; "
+                                 f"CREATE TABLE IF NOT EXISTS {PROBE_TABLE} "
+                                 "(id INT PRIMARY KEY, at DATETIME(6))")
         common.wait_for("the cluster did not reach three nodes",
                         lambda: self._status(self.nodes[0], "wsrep_cluster_size") == str(NODES),
                         START_TIMEOUT)
@@ -176,6 +179,18 @@ class GaleraCluster:
         """The node HAProxy sends a new connection to now, or None when none answers."""
         try:
             port = int(self._query_port(self.proxy_port, "SELECT @@port", timeout=5))
+        except (ClusterError, ValueError):
+            return None
+        return next((node for node in self.nodes if node.port == port), None)
+
+    def writer(self) -> Node | None:
+        """The node a write through HAProxy commits on now, or None while none does. A
+        node that answers may still be unable to commit: after a member dies, the others
+        hold every commit until they have evicted it (``evs.suspect_timeout``, 5 s)."""
+        try:
+            port = int(self._query_port(
+                self.proxy_port, f"REPLACE INTO {PROBE_TABLE} VALUES (1, NOW(6)); "
+                                 "SELECT @@port", timeout=30))
         except (ClusterError, ValueError):
             return None
         return next((node for node in self.nodes if node.port == port), None)

@@ -150,14 +150,16 @@ synchronous_standby_names = ''
         self._pg_ctl(self.replica, "promote", "-w", "-t", str(START_TIMEOUT))
 
     def answers(self) -> int:
-        """The port of the server a client of the failover URL reaches now, or 0."""
+        """The port of the server on which a client of the failover URL commits a write
+        now, or 0."""
         hosts = ",".join(HOST for _ in self.nodes)
         ports = ",".join(str(node.port) for node in self.nodes)
         conninfo = (f"host={hosts} port={ports} user={USER} dbname=postgres "
                     "target_session_attrs=read-write connect_timeout=3")
         try:
             done = common.run([str(pg_bin() / "psql"), "-X", "-q", "-t", "-A", "-d", conninfo,
-                               "-c", "SELECT inet_server_port()"], timeout=10)
+                               "-c", "SELECT inet_server_port() FROM txid_current()"],
+                              timeout=10)
             return int(done.stdout.strip())
         except (ClusterError, ValueError):
             return 0

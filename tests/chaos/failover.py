@@ -57,8 +57,8 @@ class ClusterRun:
         raise NotImplementedError
 
     def fail_over(self) -> float:
-        """Make the writer fail and wait until clients reach the new one; return how long
-        clients could not write."""
+        """Make the writer fail and wait until a client commits a write on the new one;
+        return how long clients could not write."""
         raise NotImplementedError
 
 
@@ -106,8 +106,8 @@ class GaleraFailover(ClusterRun):
         started = time.monotonic()
         records.write("faults", e="failover_down", kind=self.kind, server=galera.state(old))
         galera.kill(old)
-        _wait(lambda: galera.active_node() not in (None, old), "a backup node behind HAProxy")
-        new = galera.active_node()
+        _wait(lambda: galera.writer() not in (None, old), "a backup node behind HAProxy")
+        new = galera.writer()
         records.write("faults", e="failover_up", kind=self.kind, server=galera.state(new),
                       old=galera.state(old))
         return time.monotonic() - started
