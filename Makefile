@@ -21,6 +21,15 @@
 #   make chaos         workers and publishers under faults for CHAOS_SECONDS (default 180)
 #                      against CHAOS_DATABASE_URL (default: MariaDB), then a loss report;
 #                      make test runs a 60 s version of it on MariaDB
+#   make chaos-failover  the chaos run on a fresh PostgreSQL pair whose primary fails over,
+#                      then on a fresh Galera cluster whose writer node is killed, each for
+#                      CHAOS_FAILOVER_SECONDS (default 180); make test runs 30 s of each
+#                      (chaos-failover-short); chaos-galera-spread runs the workers on all
+#                      three Galera nodes at once
+#   make cluster-pg    a PostgreSQL primary and a synchronous replica on ports 25432 and
+#                      25433 (clusters/pg.py); prints their URLs. cluster-pg-stop stops it
+#   make cluster-galera  three MariaDB Galera nodes behind HAProxy (one writer node) on
+#                      23060-23063 (clusters/galera.py); cluster-galera-stop stops it
 #   make provision     install mysqlclient's build packages, start MariaDB and PostgreSQL
 #                      (test and bench do this first; PROVISION=0 skips it)
 #   make clean         remove virtualenvs, test databases and caches
@@ -28,7 +37,8 @@
 # Variables: PYTEST_ARGS (passed to pytest), BACKENDS (default "sqlite mysql postgres"),
 # SQLITE_URL / MYSQL_URL / POSTGRES_URL (and COMPAT_*_URL for the Python 3.11 run, which
 # runs at the same time and so needs databases of its own), BASE_PYTHON / COMPAT_PYTHON,
-# CHAOS_SECONDS / CHAOS_DATABASE_URL / CHAOS_ARGS (e.g. "--seed 7 --keep").
+# CHAOS_SECONDS / CHAOS_DATABASE_URL / CHAOS_ARGS (e.g. "--seed 7 --keep"),
+# CHAOS_FAILOVER_SECONDS, SQLQUEUE_PG_CLUSTER_PORT / SQLQUEUE_GALERA_CLUSTER_PORT.
 
 SHELL := /bin/bash
 .SHELLFLAGS := -eu -o pipefail -c
@@ -111,10 +121,12 @@ BENCH_ARGS ?=
 CHAOS_DATABASE_URL ?= $(or $(DATABASE_URL),$(MYSQL_URL))
 CHAOS_SECONDS ?= 180
 CHAOS_SHORT_SECONDS ?= 60
+CHAOS_FAILOVER_SECONDS ?= 180
+CHAOS_FAILOVER_SHORT_SECONDS ?= 30
 CHAOS_ARGS ?=
 PROVISION ?= 1
 
-LINT_PATHS := $(wildcard django_sqlqueue tests example_project benchmarks)
+LINT_PATHS := $(wildcard django_sqlqueue tests example_project benchmarks clusters)
 IS_CI := $(filter 1 true True TRUE yes on,$(CI))
 
 # --------------------------------------------------------------------------- helpers
@@ -170,9 +182,11 @@ endef
 # --------------------------------------------------------------------------- targets
 
 .PHONY: help demo admin test venvs test-matrix test-full test-backends test-compat test-wheel lint check-migrations bench bench-spark chaos chaos-short pgbouncer pgbouncer-stop provision clean FORCE
+.PHONY: cluster-pg cluster-pg-stop cluster-galera cluster-galera-stop
+.PHONY: chaos-failover chaos-failover-short chaos-galera-spread
 
 help:
-	@sed -n '3,32s/^# \{0,1\}//p' $(firstword $(MAKEFILE_LIST))
+	@sed -n '3,/^$$/s/^# \{0,1\}//p' $(firstword $(MAKEFILE_LIST))
 
 # The venv marker is re-checked on every run but only rewritten when the interpreter
 # changes, so the install stamps below are redone only when needed.
@@ -250,9 +264,11 @@ test-backends: $(VENV)/.stamp-spark | provision
 # slowest, Python 3.13 on PostgreSQL, 627 s; the Spark sessions 157 s), the chaos run with its
 # poison publisher about 100 s. The tests fork their workers from a launcher with Django loaded
 # (tests/launcher.py): before it, the same run took 1,049-1,279 s. The suites run at once
-# (tests/matrix.py); the chaos run comes last and alone, since it restarts MariaDB.
+# (tests/matrix.py); the chaos run comes last and alone, since it restarts MariaDB, and
+# then the two failover runs on clusters of their own (about 125 s), alone too.
 # docs/benchmarks.md ("CI") has each suite's figures.
-test: venvs lint check-migrations test-matrix $(if $(filter mysql,$(BACKENDS)),chaos-short)
+FAILOVER_SHORT = $(if $(and $(filter mysql,$(BACKENDS)),$(filter postgres,$(BACKENDS))),chaos-failover-short)
+test: venvs lint check-migrations test-matrix $(if $(filter mysql,$(BACKENDS)),chaos-short) $(FAILOVER_SHORT)
 
 # The virtualenvs make test needs, built at once: their installs mostly wait on the network.
 venvs: | provision
@@ -298,7 +314,7 @@ test-matrix: $(VENV)/.stamp-spark $(if $(IS_CI),$(COMPAT_VENV)/.stamp-dev) | pro
 	  '$(WHEEL_SUITE)'
 
 # The whole matrix, one run after another, as a release wants it.
-test-full: lint check-migrations test-wheel test-backends $(if $(filter mysql,$(BACKENDS)),chaos-short) test-compat
+test-full: lint check-migrations test-wheel test-backends $(if $(filter mysql,$(BACKENDS)),chaos-short) $(FAILOVER_SHORT) test-compat
 
 # Without the spark extra: the Spark tests are skipped there, each with its reason.
 test-compat: $(COMPAT_VENV)/.stamp-dev | provision
@@ -334,6 +350,47 @@ pgbouncer: | provision
 
 pgbouncer-stop:
 	@$(PY) -m clusters.pgbouncer stop
+
+# $(call failover_runs,<seconds>,<extra arguments>): the chaos run on a fresh PostgreSQL
+# pair whose primary fails over, then on a fresh Galera cluster whose writer node is
+# killed (tests/chaos/failover.py); both run, and the first failure's status is returned.
+define failover_runs
+	@rc=0; for kind in pg galera; do \
+	  echo "sqlqueue: [$$(date +%T)] $@: $$kind"; \
+	  $(PY) -m tests.chaos.run --failover $$kind --seconds $(1) $(2) $(CHAOS_ARGS) \
+	    || { code=$$?; [ $$rc -ne 0 ] || rc=$$code; }; \
+	done; \
+	exit $$rc
+endef
+
+# Each starts its cluster fresh on ports of its own (clusters/) and stops it at the end,
+# so it may run beside the test servers, but alone: it takes both cores. Measured on this
+# machine: 30 s each, both together about 125 s (cluster starts 2 s and 12 s, drains
+# 15-30 s). docs/reliability.md ("Failover") has the full runs.
+chaos-failover: $(VENV)/.stamp-dev | provision
+	$(call failover_runs,$(CHAOS_FAILOVER_SECONDS))
+
+chaos-failover-short: $(VENV)/.stamp-dev | provision
+	$(call failover_runs,$(CHAOS_FAILOVER_SHORT_SECONDS),--drain-timeout 120)
+
+chaos-galera-spread: $(VENV)/.stamp-dev | provision
+	$(PY) -m tests.chaos.run --galera-spread --seconds $(CHAOS_FAILOVER_SECONDS) $(CHAOS_ARGS)
+
+# The local clusters (clusters/, standard library only): each starts from Debian's
+# packages on ports and data directories of its own (.test-data/clusters), or is kept when
+# it runs already, and prints its URLs; docs/operating.md has the settings for each.
+# `python -m clusters pg run -- COMMAND` runs a command with a fresh cluster up.
+cluster-pg: | provision
+	@$(BASE_PYTHON) -m clusters pg
+
+cluster-pg-stop:
+	@$(BASE_PYTHON) -m clusters pg --stop
+
+cluster-galera: | provision
+	@$(BASE_PYTHON) -m clusters galera
+
+cluster-galera-stop:
+	@$(BASE_PYTHON) -m clusters galera --stop
 
 clean:
 	rm -rf $(VENV) $(COMPAT_VENV) .test-data .mypy_cache .ruff_cache .pytest_cache build dist

@@ -60,6 +60,10 @@ def _postgres_kwargs(db: Mapping[str, Any], dbname: str) -> dict[str, Any]:
                       ("PASSWORD", "password")):
         if db.get(key):
             kwargs[name] = db[key]
+    # A multi-host URL (a primary and its replicas) names the server to pick this way.
+    options = db.get("OPTIONS") or {}
+    if options.get("target_session_attrs"):
+        kwargs["target_session_attrs"] = options["target_session_attrs"]
     return kwargs
 
 

@@ -3,14 +3,16 @@ no worker processes), it fails each kind of bug and passes a clean run."""
 
 from __future__ import annotations
 
+import dataclasses
 import signal
+import subprocess
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
 
-from tests.chaos import records, report, verify
+from tests.chaos import fleet, records, report, verify
 from tests.chaos.evidence import (
     Faults,
     Published,
@@ -276,6 +278,116 @@ def test_a_fault_on_another_worker_explains_nothing() -> None:
     assert redeliver(planted, acked=None, kill=None).duplicates_unexplained
 
 
+# --------------------------------------------------------------------------- partitions
+
+
+def test_one_partition_on_two_processes_at_once_fails_every_group() -> None:
+    planted = Planted()
+    for group in GROUPS:  # m3 (key b) on another worker while m2 (key a) runs: partition 0
+        third = planted.find(group, 3)[0]
+        third.pid, third.start = OTHER, planted.find(group, 2)[0].start + 0.1
+    for group in GROUPS:
+        result = planted.analyse(group)
+        assert result.overlaps == [] and result.owned_twice, group
+        assert "partition owned twice" in " ".join(result.failures())
+
+
+def test_a_partition_on_two_processes_is_explained_by_a_pause() -> None:
+    planted = Planted()
+    by_design = planted.analyse("ledger").owned_twice_explained  # the hung run's redelivery
+    second, third = planted.find("ledger", 2)[0], planted.find("ledger", 3)[0]
+    third.pid, third.start = OTHER, second.start + 0.1
+    planted.faults.pauses[WORKER].append((second.start + 0.05, second.start + 0.15))
+    result = planted.analyse("ledger")
+    assert (result.owned_twice, result.owned_twice_explained) == ([], by_design + 1)
+
+
+def test_one_partition_on_two_threads_or_two_partitions_on_two_processes_pass() -> None:
+    planted = Planted()
+    second, third = planted.find("ledger", 2)[0], planted.find("ledger", 3)[0]
+    third.thread, third.start = 2, second.start + 0.1
+    assert planted.analyse("ledger").owned_twice == []
+    third.pid, third.partition = OTHER, "1"
+    assert planted.analyse("ledger").owned_twice == []
+
+
+# --------------------------------------------------------------------------- failover
+
+PG_FAILOVER = dataclasses.replace(PLAN, failover="pg", lease=10.0, retry_delay=5.0)
+PRIMARY = {"node": "primary", "port": 25432, "pid": 7, "running": True, "primary": True}
+REPLICA = {"node": "replica", "port": 25433, "pid": 8, "running": True, "primary": True}
+
+
+def failed_over(planted: Planted, *, old: dict[str, object] | None = None,
+                resumed: dict[int, float] | None = None) -> dict[str, verify.FaultCheck]:
+    """The checks of a PostgreSQL failover at t=50 s (clients could write again at 51.2 s)
+    with workers WORKER and OTHER running through it, each running a handler again
+    ``resumed[pid]`` seconds after the failure (default 2 s)."""
+    faults = planted.faults
+    gone = {**PRIMARY, "running": False, "primary": False}
+    faults.failovers = [(50.0, 51.2, PRIMARY, REPLICA, gone if old is None else old)]
+    faults.started.update({WORKER: 0.0, OTHER: 0.0})
+    faults.listeners = (2, 2)
+    runs = list(planted.runs)
+    for pid, after in ({WORKER: 2.0, OTHER: 2.0} if resumed is None else resumed).items():
+        runs.append(Run("ledger", 4, 4, "a", 4, 1, pid, 50.0 + after, 50.3 + after, True, "0"))
+    checks = verify.check_faults(PG_FAILOVER, faults, runs, planted.published, GROUPS)
+    return {c.fault: c for c in checks}
+
+
+def test_a_failover_to_the_replica_with_every_worker_back_passes() -> None:
+    checks = failed_over(Planted())
+    assert "database restart" not in checks
+    assert checks["failover (PostgreSQL promotion)"].status == "verified"
+    resumed = checks["workers resumed after the failover"]
+    assert resumed.status == "verified" and "every worker's within 2.0 s" in resumed.detail
+    assert checks["wake-up listeners on the new primary"].status == "verified"
+
+
+def test_a_failover_that_left_the_old_writer_running_fails() -> None:
+    checks = failed_over(Planted(), old={**PRIMARY, "running": True})
+    assert checks["failover (PostgreSQL promotion)"].status == "FAILED"
+
+
+def test_a_worker_that_never_ran_again_or_later_than_the_bound_fails() -> None:
+    never = failed_over(Planted(), resumed={WORKER: 2.0})
+    assert never["workers resumed after the failover"].status == "FAILED"
+    # The bound: outage 1.2 s + lease 10 s + retry wait 5 s.
+    late = failed_over(Planted(), resumed={WORKER: 2.0, OTHER: 16.5})
+    assert late["workers resumed after the failover"].status == "FAILED"
+    in_time = failed_over(Planted(), resumed={WORKER: 2.0, OTHER: 16.0})
+    assert in_time["workers resumed after the failover"].status == "verified"
+
+
+def test_a_worker_killed_before_it_ran_again_is_not_counted() -> None:
+    planted = Planted()
+    planted.faults.kills_sent[OTHER] = 53.0
+    checks = failed_over(planted, resumed={WORKER: 2.0, OTHER: 4.0})
+    assert checks["workers resumed after the failover"].applied == 1
+
+
+def test_listeners_missing_on_the_new_primary_fail() -> None:
+    planted = Planted()
+    planted.faults.listeners = (1, 2)
+    checks = verify.check_faults(PG_FAILOVER, planted.faults, planted.runs, planted.published,
+                                 GROUPS)
+    assert {c.fault: c.status for c in checks}["wake-up listeners on the new primary"] == "FAILED"
+
+
+def test_a_worker_that_exits_by_itself_is_noticed_once_and_a_killed_one_is_not(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("CHAOS_DIR", str(tmp_path))
+    worker = fleet.Worker("chaos-1", tmp_path)
+    worker.proc = subprocess.Popen(["sh", "-c", "exit 1"])
+    worker.proc.wait()
+    assert worker.exited_by_itself() == 1
+    assert worker.exited_by_itself() is None
+    worker.proc, worker.down_on_purpose = subprocess.Popen(["sleep", "60"]), False
+    worker.kill()
+    assert worker.exited_by_itself() is None
+    assert [r["e"] for r in records.read(tmp_path, "faults")] == ["exited", "kill"]
+
+
 # --------------------------------------------------------------------------- faults
 
 
@@ -372,3 +484,18 @@ def test_the_records_the_processes_write_read_back(tmp_path: Path,
     assert (faults.kills_sent, faults.kills) == ({42: 3.0}, {42: 3.01})
     assert faults.lease_lost_within(run.pid, "strict", "4", 3.0, 4.0)
     assert faults.acked_after(run) == 2.6
+
+
+def test_a_failover_s_records_read_back_as_an_outage(tmp_path: Path,
+                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("CHAOS_DIR", str(tmp_path))
+    records.write("faults", e="start", name="chaos-1", pid=42, skewed=False, t=1.0)
+    records.write("faults", e="failover_down", kind="pg", server=PRIMARY, t=50.0)
+    records.write("faults", e="failover_up", kind="pg", server=REPLICA,
+                  old={**PRIMARY, "running": False}, t=51.2)
+    records.write("faults", e="listeners", n=5, workers=5, t=90.0)
+    faults = read_faults(tmp_path)
+    assert faults.started == {42: 1.0}
+    assert faults.db_outages == [(50.0, 51.2)] and faults.outage_within(50.5, 60.0)
+    assert [f[:4] for f in faults.failovers] == [(50.0, 51.2, PRIMARY, REPLICA)]
+    assert faults.listeners == (5, 5)

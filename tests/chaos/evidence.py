@@ -116,6 +116,15 @@ class Faults:
     clocks: list[tuple[int, float, float, float | None]] = field(default_factory=list)
     not_exercised: dict[str, str] = field(default_factory=dict)  # fault -> why
     stopped_at: float = math.inf  # when the workers were stopped at the end
+    started: dict[int, float] = field(default_factory=dict)  # worker pid -> when started
+    # Each failover: (when the writer was made to fail, when clients reached the new one,
+    # the writer before, the new writer, the old writer afterwards), servers as
+    # ``clusters`` describes them ({"node": ..., "port": ..., "pid": ..., "running": ...}).
+    failovers: list[tuple[float, float, dict[str, Any], dict[str, Any], dict[str, Any]]] = \
+        field(default_factory=list)
+    # PostgreSQL's wake-up listeners found on the new primary after the drain, and the
+    # workers running then: (listeners, workers).
+    listeners: tuple[int, int] | None = None
 
     def killed_within(self, pid: int, since: float, until: float) -> bool:
         dead = self.kills.get(pid)
@@ -188,10 +197,23 @@ def read_faults(directory: Path) -> Faults:
     faults = Faults()
     paused_since: dict[int, float] = {}
     down: dict[str, Any] | None = None
+    failing: dict[str, Any] | None = None
     for r in sorted(records.read(directory, "faults"), key=lambda r: r["t"]):
         e = r["e"]
-        if e == "start" and r.get("skewed"):
-            faults.skewed.add(r["pid"])
+        if e == "start":
+            faults.started[r["pid"]] = r["t"]
+            if r.get("skewed"):
+                faults.skewed.add(r["pid"])
+        elif e == "failover_down":
+            failing = r
+        elif e == "failover_up" and failing is not None:
+            # Clients could not write meanwhile: an outage, as a restart is.
+            faults.db_outages.append((failing["t"], r["t"]))
+            faults.failovers.append((failing["t"], r["t"], failing.get("server", {}),
+                                     r.get("server", {}), r.get("old", {})))
+            failing = None
+        elif e == "listeners":
+            faults.listeners = (r["n"], r["workers"])
         elif e == "kill_skipped":
             faults.kills_skipped += 1
         elif e == "kill":
@@ -217,6 +239,9 @@ def read_faults(directory: Path) -> Faults:
             faults.not_exercised[r["fault"]] = r["why"]
         elif e == "workers_stopped":
             faults.stopped_at = r["t"]
+    if failing is not None:  # failed over, and no new writer ever answered
+        faults.db_outages.append((failing["t"], math.inf))
+        faults.failovers.append((failing["t"], math.inf, failing.get("server", {}), {}, {}))
     if down is not None:  # stopped, never seen up again
         faults.db_outages.append((down["t"], math.inf))
         faults.restarts.append((down.get("server", {}), {}))

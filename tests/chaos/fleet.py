@@ -23,12 +23,14 @@ def libfaketime() -> str:
     return found[0] if found else ""
 
 
-def base_env(directory: Path) -> dict[str, str]:
+def base_env(directory: Path, database_url: str | None = None) -> dict[str, str]:
     env = dict(os.environ)
     env["DJANGO_SETTINGS_MODULE"] = "tests.chaos.settings"
     env["PYTHONPATH"] = os.pathsep.join([str(REPO_ROOT), *filter(None, [env.get("PYTHONPATH")])])
     env["PYTHONUNBUFFERED"] = "1"
     env["CHAOS_DIR"] = str(directory)
+    if database_url:
+        env["DATABASE_URL"] = database_url
     return env
 
 
@@ -40,9 +42,11 @@ class Worker:
     name: str
     directory: Path
     skewed: bool = False
+    database_url: str | None = None  # None: the run's own
     proc: subprocess.Popen[bytes] | None = None
     starts: int = 0
     exit_codes: list[int] = field(default_factory=list)
+    down_on_purpose: bool = False  # killed or stopped by the run, not by itself
 
     @property
     def alive(self) -> bool:
@@ -54,7 +58,8 @@ class Worker:
         return self.proc.pid
 
     def start(self) -> None:
-        env = base_env(self.directory)
+        self.down_on_purpose = False
+        env = base_env(self.directory, self.database_url)
         if self.skewed:
             # Preloaded directly (the faketime wrapper forks, and signals would miss the
             # worker); the monotonic clock stays true, as on a badly synchronised host.
@@ -93,6 +98,7 @@ class Worker:
         """kill -9, and reap it."""
         if self.alive:
             assert self.proc is not None
+            self.down_on_purpose = True
             at = time.monotonic()
             self.proc.kill()
             code = self.proc.wait()
@@ -105,6 +111,7 @@ class Worker:
         """SIGTERM, then wait; SIGKILL after ``timeout``. The exit code, or None if killed."""
         if self.proc is None:
             return None
+        self.down_on_purpose = True
         if self.proc.poll() is None:
             self.proc.send_signal(signal.SIGCONT)
             self.proc.terminate()
@@ -119,6 +126,23 @@ class Worker:
         return code
 
 
+    def exited_by_itself(self) -> int | None:
+        """The exit status of a worker that ended without the run killing or stopping it,
+        once (a supervisor would restart it), or None."""
+        if self.proc is None or self.down_on_purpose or self.proc.poll() is None:
+            return None
+        self.down_on_purpose = True
+        self.exit_codes.append(self.proc.returncode)
+        records.write("faults", e="exited", name=self.name, pid=self.proc.pid,
+                      code=self.proc.returncode)
+        return self.proc.returncode
+
+    def last_lines(self, count: int = 3) -> str:
+        log = self.directory / f"worker-{self.name}.log"
+        lines = log.read_text(errors="replace").splitlines() if log.exists() else []
+        return " | ".join(line.strip()[:300] for line in lines[-count:])
+
+
 @dataclass
 class Publisher:
     kind: str
@@ -127,13 +151,14 @@ class Publisher:
 
 
 def start_publisher(kind: str, index: int, seconds: float, seed: int,
-                    directory: Path) -> Publisher:
+                    directory: Path, database_url: str | None = None) -> Publisher:
     log = directory / f"publisher-{kind}-{index}.log"
     with log.open("ab") as out:
         proc = subprocess.Popen(
             [sys.executable, "-m", "tests.chaos.publisher", kind, str(index), str(seconds),
              str(seed)],
-            cwd=REPO_ROOT, env=base_env(directory), stdout=out, stderr=subprocess.STDOUT,
+            cwd=REPO_ROOT, env=base_env(directory, database_url), stdout=out,
+            stderr=subprocess.STDOUT,
         )
     return Publisher(kind, index, proc)
 

@@ -35,12 +35,11 @@ def write(stream: str, **fields: Any) -> None:
     fields.setdefault("t", time.monotonic())
     fields.setdefault("p", os.getpid())
     line = (json.dumps(fields, separators=(",", ":")) + "\n").encode()
-    name = f"{stream}-{os.getpid()}.jsonl"
+    path = str(run_directory() / f"{stream}-{os.getpid()}.jsonl")
     with _lock:
-        fd = _fds.get(name)
+        fd = _fds.get(path)
         if fd is None:
-            fd = _fds[name] = os.open(run_directory() / name,
-                                      os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+            fd = _fds[path] = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
     os.write(fd, line)
 
 

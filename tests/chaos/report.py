@@ -43,6 +43,8 @@ class GroupReport:
     poison_missing: list[str] = field(default_factory=list)
     overlaps_explained: int = 0
     overlaps: list[str] = field(default_factory=list)
+    owned_twice_explained: int = 0
+    owned_twice: list[str] = field(default_factory=list)
     lag: int = -1
 
     def failures(self) -> list[str]:
@@ -56,6 +58,8 @@ class GroupReport:
             ("messages dead-lettered more than once", self.dead_letters_twice),
             ("poison messages missing from the dead-letter topic", self.poison_missing),
             ("runs of one key at once that strict mode or a live lease forbids", self.overlaps),
+            ("runs of one partition on two workers at once (a partition owned twice)",
+             self.owned_twice),
         ):
             if items:
                 found.append(f"{self.group}: {len(items)} {label}, e.g. {items[:5]}")
@@ -84,6 +88,7 @@ def analyse(group: str, published: Published, runs: list[Run], faults: Faults,
     _dead_letters(report, published, dead_letters)
     report.order_violations = _order_violations(group, published, by_offset, dead_letters)
     report.overlaps, report.overlaps_explained = _overlaps(group, mine, published, faults)
+    report.owned_twice, report.owned_twice_explained = _owned_twice(mine, published, faults)
     return report
 
 
@@ -263,6 +268,36 @@ def _overlaps(group: str, runs: list[Run], published: Published,
     return unexplained, explained
 
 
+def _owned_twice(runs: list[Run], published: Published,
+                 faults: Faults) -> tuple[list[str], int]:
+    """Runs of one partition on two worker processes at the same time: only one worker owns
+    a partition, and one that lost it starts nothing more of it. Explained as for keys: a
+    run its worker was paused in the middle of, or one that outlived its visibility by
+    design (the hung run, whose partition is handed on once it passes MAX_HANDLER_TIME)."""
+    unexplained: list[str] = []
+    explained = 0
+    by_partition: dict[str, list[Run]] = defaultdict(list)
+    for run in runs:
+        by_partition[run.partition].append(run)
+    for partition, rs in by_partition.items():
+        rs.sort(key=lambda r: r.start)
+        live: list[tuple[float, Run]] = []  # runs not yet ended, with their end
+        for b in rs:
+            live = [(end, a) for end, a in live if end > b.start]
+            for _, a in live:
+                if a.pid == b.pid:
+                    continue
+                if any(_timed_out(r, published) or
+                       faults.paused_within(r.pid, r.start, faults.live_end(r)) for r in (a, b)):
+                    explained += 1
+                else:
+                    unexplained.append(f"partition {partition}: m{a.n}@{a.offset} on pid {a.pid} "
+                                       f"from {a.start:.2f}, m{b.n}@{b.offset} on pid {b.pid} "
+                                       f"from {b.start:.2f}")
+            live.append((faults.live_end(b), b))
+    return unexplained, explained
+
+
 # --------------------------------------------------------------------------- stored twice
 
 
@@ -293,7 +328,7 @@ def table(reports: list[GroupReport]) -> str:
     rows: list[tuple[str, ...]] = [(
         "group", "stored", "handled", "lost", "rolled back but handled", "duplicates",
         "unexplained dup.", "order violations", "in DLQ", "poison", "DLQ twice",
-        "one key at once", "final lag",
+        "one key at once", "partition on two workers", "final lag",
     )]
     for r in reports:
         rows.append((
@@ -301,7 +336,8 @@ def table(reports: list[GroupReport]) -> str:
             str(len(r.rolled_back_handled)), str(r.duplicates),
             str(len(r.duplicates_unexplained)), str(len(r.order_violations)),
             str(r.dead_letters), str(r.poison), str(len(r.dead_letters_twice)),
-            f"{len(r.overlaps)} ({r.overlaps_explained} explained)", str(r.lag),
+            f"{len(r.overlaps)} ({r.overlaps_explained} explained)",
+            f"{len(r.owned_twice)} ({r.owned_twice_explained} explained)", str(r.lag),
         ))
     return markdown(rows)
 
@@ -334,5 +370,7 @@ def as_dict(report: GroupReport) -> dict[str, Any]:
         "order_violations": len(report.order_violations), "dead_letters": report.dead_letters,
         "dead_letters_twice": len(report.dead_letters_twice),
         "poison": report.poison, "overlaps": len(report.overlaps),
-        "overlaps_explained": report.overlaps_explained, "lag": report.lag,
+        "overlaps_explained": report.overlaps_explained,
+        "owned_twice": len(report.owned_twice),
+        "owned_twice_explained": report.owned_twice_explained, "lag": report.lag,
     }

@@ -3,10 +3,12 @@ non-zero if anything was lost, reordered, handled twice at once or dead-lettered
 cause, if a fault did not take effect, or if a log shows a traceback.
 
     python -m tests.chaos.run --seconds 180 [--seed N] [--json PATH] [--no-db-restart]
+    python -m tests.chaos.run --failover pg|galera   (or --galera-spread)
 
 The database comes from ``DATABASE_URL`` (default: the MariaDB test server); the run uses
-its own database there (see ``settings.py``). docs/reliability.md explains each fault and
-records the last full run.
+its own database there (see ``settings.py``). With ``--failover`` or ``--galera-spread``
+it runs on a fresh cluster of this machine instead (``failover.py``). docs/reliability.md
+explains each fault and records the last full runs.
 """
 
 from __future__ import annotations
@@ -27,15 +29,21 @@ from typing import Any
 
 import django
 
+from django_sqlqueue.worker.faults import MAX_DELAY as RETRY_DELAY
+
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "tests.chaos.settings")
 
-from . import poison, report, verify  # noqa: E402  (none needs Django set up)
+from . import failover, poison, report, verify  # noqa: E402  (none needs Django set up)
 
 WORKERS = 4  # plus one with a skewed clock
 PUBLISHERS = (("steady", 2), ("bulk", 1), ("slow", 1), ("rollback", 1), ("poison", 1))
 KILL_EVERY = (4.0, 7.0)  # seconds between two kill -9s
 RESTART_AFTER = 1.0  # seconds from a kill to the restart
 HANG_NUMBER = 1  # the message number of the one message whose first run hangs
+# Seconds before and after a failover in which no worker is killed: the workers run through
+# it (one starting during it is a case of its own), and its resume gap is its own.
+FAILOVER_QUIET = (3.0, 15.0)
+SUPERVISE_EVERY = 1.0  # seconds between two looks for workers that exited by themselves
 
 
 @dataclass
@@ -45,10 +53,15 @@ class Event:
     detail: str = ""
 
 
-def schedule(seconds: float, seed: int, lease: float, restart_db: str, lock: str) -> list[Event]:
+def schedule(seconds: float, seed: int, lease: float, restart_db: str, lock: str,
+             failover_detail: str = "") -> list[Event]:
     """The run's faults in time order. ``restart_db`` and ``lock``: why that fault cannot
-    be applied here, or ''."""
+    be applied here, or ''. ``failover_detail``: what fails over instead of the restart."""
     r = random.Random(seed)
+    # After the lock is released: a restart would end the idle transaction early.
+    restart_at = max(seconds * 0.55, seconds * 0.35 + lease + 3 + 2)
+    quiet = (restart_at - FAILOVER_QUIET[0], restart_at + FAILOVER_QUIET[1]) \
+        if failover_detail else (0.0, 0.0)
     events = [
         Event(0, "start", f"{WORKERS} workers, 1 worker with its clock {'+60s'} ahead, "
                           "publishers: 2 steady, 1 bulk (publish_many), 1 slow (transactions "
@@ -58,25 +71,30 @@ def schedule(seconds: float, seed: int, lease: float, restart_db: str, lock: str
     ]
     t = 5.0
     while t < seconds - 5:
-        events.append(Event(round(t, 1), "kill", "kill -9 of a random worker, restarted "
-                                                 f"{RESTART_AFTER:g} s later under its name"))
+        if not quiet[0] <= t <= quiet[1]:
+            events.append(Event(round(t, 1), "kill", "kill -9 of a random worker, restarted "
+                                                     f"{RESTART_AFTER:g} s later under its name"))
         t += r.uniform(*KILL_EVERY)
     events.append(Event(round(seconds * 0.25, 1), "pause",
                         f"SIGSTOP of a worker for {lease + 4:g} s (lease {lease:g} s), then SIGCONT"))
     events.append(Event(round(seconds * 0.35, 1), "lock",
                         f"an idle transaction locks a message row for {lease + 3:g} s"
                         + (f" (NOT EXERCISED: {lock})" if lock else "")))
-    # After the lock is released: a restart would end the idle transaction early.
-    restart_at = max(seconds * 0.55, seconds * 0.35 + lease + 3 + 2)
-    events.append(Event(round(restart_at, 1), "restart_db",
-                        "the database server is stopped for 2 s and started again"
-                        + (f" (NOT EXERCISED: {restart_db})" if restart_db else "")))
+    if failover_detail:
+        events.append(Event(round(restart_at, 1), "failover",
+                            f"{failover_detail}; no worker killed from "
+                            f"{FAILOVER_QUIET[0]:g} s before to {FAILOVER_QUIET[1]:g} s after"))
+    else:
+        events.append(Event(round(restart_at, 1), "restart_db",
+                            "the database server is stopped for 2 s and started again"
+                            + (f" (NOT EXERCISED: {restart_db})" if restart_db else "")))
     events.append(Event(seconds, "end", "publishers stop; drain; report"))
     return sorted(events, key=lambda e: e.at)
 
 
 class Run:
-    def __init__(self, args: argparse.Namespace, directory: Path) -> None:
+    def __init__(self, args: argparse.Namespace, directory: Path,
+                 cluster: failover.ClusterRun | None = None) -> None:
         from . import fleet
         from .settings import LEASE_DURATION
 
@@ -84,8 +102,13 @@ class Run:
         self.directory = directory
         self.random = random.Random(args.seed)
         self.lease = LEASE_DURATION
-        self.workers = [fleet.Worker(f"chaos-{i + 1}", directory) for i in range(WORKERS)]
-        self.workers.append(fleet.Worker("chaos-skewed", directory, skewed=True))
+        self.cluster = cluster
+        url = cluster.process_url if cluster else (lambda index: None)
+        self.workers = [fleet.Worker(f"chaos-{i + 1}", directory, database_url=url(i))
+                        for i in range(WORKERS)]
+        self.workers.append(fleet.Worker("chaos-skewed", directory, skewed=True,
+                                         database_url=url(WORKERS)))
+        self.supervising = threading.Event()
         self.paused: set[str] = set()
         self.timers: list[threading.Timer] = []
         self.threads: list[threading.Thread] = []
@@ -158,6 +181,34 @@ class Run:
         thread.start()
         self.threads.append(thread)
 
+    def fail_over(self) -> None:
+        assert self.cluster is not None
+        cluster = self.cluster
+
+        def fail_over() -> None:
+            try:
+                took = cluster.fail_over()
+                print(f"chaos: clients could not write for {took:.1f} s", flush=True)
+            except Exception as exc:  # noqa: BLE001 - reported, and the run fails
+                self.problems.append(f"the failover failed: {exc}")
+
+        thread = threading.Thread(target=fail_over, name="chaos-failover", daemon=True)
+        thread.start()
+        self.threads.append(thread)
+
+    def supervise(self) -> None:
+        """Until stopped, restart a worker that exited by itself, as a supervisor would;
+        each such exit fails the run (the worker must outlive every fault)."""
+        self.supervising.set()
+        while self.supervising.is_set():
+            for worker in self.workers:
+                code = worker.exited_by_itself()
+                if code is not None:
+                    self.problems.append(f"worker {worker.name} exited by itself with status "
+                                         f"{code}: {worker.last_lines()}")
+                    self._later(RESTART_AFTER, worker.start)
+            time.sleep(SUPERVISE_EVERY)
+
     def _later(self, seconds: float, fn: object) -> None:
         timer = threading.Timer(seconds, fn)  # type: ignore[arg-type]
         timer.daemon = True
@@ -179,6 +230,15 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--keep", action="store_true", help="keep the run directory")
     parser.add_argument("--no-db-restart", action="store_true",
                         help="do not restart the database server (reported as not exercised)")
+    on_cluster = parser.add_mutually_exclusive_group()
+    on_cluster.add_argument("--failover", choices=failover.KINDS,
+                            help="run on a fresh cluster of this machine (clusters/) whose "
+                                 "writer fails over mid-run instead of the server restart: "
+                                 "pg (primary stopped, replica promoted) or galera (the "
+                                 "node behind HAProxy killed)")
+    on_cluster.add_argument("--galera-spread", action="store_true",
+                            help="run on a fresh Galera cluster with the workers and "
+                                 "publishers spread over its three nodes (no failover)")
     args = parser.parse_args(argv)
     if args.seconds < 30:
         parser.error(f"--seconds must be at least 30, got {args.seconds:g}")
@@ -189,6 +249,19 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    cluster = failover.make(args.failover, args.galera_spread)
+    if cluster is None:
+        return chaos(args, None)
+    print(f"chaos: starting a fresh {cluster.kind} cluster", flush=True)
+    try:
+        cluster.start()
+        os.environ["DATABASE_URL"] = cluster.database_url()
+        return chaos(args, cluster)
+    finally:
+        cluster.stop()
+
+
+def chaos(args: argparse.Namespace, cluster: failover.ClusterRun | None) -> int:
     directory = Path(tempfile.mkdtemp(prefix="sqlqueue-chaos-"))
     os.environ["CHAOS_DIR"] = str(directory)
     django.setup()
@@ -200,24 +273,31 @@ def main(argv: list[str] | None = None) -> int:
 
     database.prepare()
     server = Server()
+    fails_over = cluster is not None and cluster.fails_over
     restart_db = "--no-db-restart" if args.no_db_restart else server.unavailable
+    if cluster is not None:
+        restart_db = "the writer fails over instead" if fails_over else \
+            f"{cluster.describe()}: no one server to restart"
     lock = "SQLite's one writer would block everybody" if connection.vendor == "sqlite" else ""
     if fleet.libfaketime() == "":
         print("chaos: libfaketime is not installed (apt-get install faketime)", file=sys.stderr)
         return 2
-    run = Run(args, directory)
+    run = Run(args, directory, cluster)
     run.server = server
-    events = schedule(args.seconds, args.seed, run.lease, restart_db, lock)
+    events = schedule(args.seconds, args.seed, run.lease, restart_db, lock,
+                      cluster.describe() if cluster is not None and fails_over else "")
     print(f"chaos: {database.describe()}, {args.seconds:g} s, seed {args.seed}, "
           f"records in {directory}")
-    if not restart_db:
+    if cluster is not None:
+        print(f"chaos: on a {cluster.kind} cluster: {cluster.describe()}")
+    elif not restart_db:
         print(f"chaos: restarts {server.describe()}")
     print("chaos: schedule")
     for event in events:
         print(f"  t={event.at:6.1f}s  {event.what:<10} {event.detail}")
     sys.stdout.flush()
     records.write("faults", e="clock", wall=time.time())
-    for fault, why in (("restart_db", restart_db), ("lock", lock)):
+    for fault, why in (("restart_db", "" if fails_over else restart_db), ("lock", lock)):
         if why:
             records.write("faults", e="not_exercised", fault=fault, why=why)
 
@@ -226,12 +306,16 @@ def main(argv: list[str] | None = None) -> int:
         worker.start()
     kinds = [kind for kind, count in PUBLISHERS for _ in range(count)]
     # Publisher numbers start at 1: message numbers below 10,000,000 are the run's own.
-    publishers = [fleet.start_publisher(kind, index, args.seconds, args.seed, directory)
+    publishers = [fleet.start_publisher(kind, index, args.seconds, args.seed, directory,
+                                        cluster.process_url(index) if cluster else None)
                   for index, kind in enumerate(kinds, start=1)]
     started = time.monotonic()
+    supervisor = threading.Thread(target=run.supervise, name="chaos-supervisor", daemon=True)
+    supervisor.start()
     actions = {"kill": run.kill_one, "pause": run.pause_one,
                "lock": (lambda: None) if lock else run.hold_lock,
-               "restart_db": (lambda: None) if restart_db else run.restart_db}
+               "restart_db": (lambda: None) if restart_db else run.restart_db,
+               "failover": run.fail_over}
     for event in events:
         if event.what not in actions:
             continue
@@ -244,6 +328,8 @@ def main(argv: list[str] | None = None) -> int:
         run.problems.append(f"publisher exit codes {codes} (logs in {directory})")
     for thread in run.threads:
         thread.join(60)
+    run.supervising.clear()
+    supervisor.join(SUPERVISE_EVERY * 5)
     for timer in run.timers:
         timer.join(30)
     for worker in run.workers:
@@ -253,6 +339,11 @@ def main(argv: list[str] | None = None) -> int:
     print(f"chaos: t={time.monotonic() - started:6.1f}s publishers done; draining", flush=True)
     drain(run, directory, args.drain_timeout)
     drained_at = time.monotonic() - started
+    if cluster is not None and cluster.kind == "pg":
+        # Each worker's wake-up listener must have found the new primary by now.
+        listening = database.safely(lambda: failover.listeners(connection), -1)
+        records.write("faults", e="listeners", n=listening,
+                      workers=sum(w.alive for w in run.workers))
     print(f"chaos: t={drained_at:6.1f}s drained; stopping workers", flush=True)
     for worker in run.workers:
         code = worker.stop(timeout=15)
@@ -264,7 +355,9 @@ def main(argv: list[str] | None = None) -> int:
     plan = verify.Plan(
         kills=sum(e.what == "kill" for e in events), pauses=1, pause_seconds=run.lease + 4,
         skew_seconds=float(fleet.CLOCK_SKEW.rstrip("s")), lock_seconds=run.lease + 3,
-        max_handler_time=MAX_HANDLER_TIME, vendor=connection.vendor)
+        max_handler_time=MAX_HANDLER_TIME, vendor=connection.vendor,
+        failover=cluster.kind if cluster is not None and fails_over else "", lease=run.lease,
+        retry_delay=RETRY_DELAY)
     return finish(run, args, directory, plan, drained_at)
 
 

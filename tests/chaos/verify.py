@@ -8,6 +8,7 @@ fail the run, except the kinds named in ``EXPECTED_LOG_LINES``, each with its re
 
 from __future__ import annotations
 
+import math
 import re
 import signal
 from dataclasses import dataclass
@@ -51,13 +52,20 @@ class Plan:
     lock_seconds: float
     max_handler_time: float
     vendor: str
+    failover: str = ""  # "pg" or "galera": the writer fails over instead of restarting
+    lease: float = 10.0  # seconds, LEASE_DURATION
+    retry_delay: float = 5.0  # seconds, the longest wait of a worker between two retries
 
 
 def check_faults(plan: Plan, faults: Faults, runs: list[Run], published: Published,
                  groups: tuple[str, ...]) -> list[FaultCheck]:
+    server = [_failover(plan, faults), _resumed(plan, faults, runs)] if plan.failover \
+        else [_restart(faults)]
+    if plan.failover == "pg":
+        server.append(_listeners(faults))
     return [
         _kills(plan, faults), _pauses(plan, faults), _skew(plan, faults),
-        _lock(plan, faults), _restart(faults), _hang(plan, faults, runs, published, groups),
+        _lock(plan, faults), *server, _hang(plan, faults, runs, published, groups),
         FaultCheck("rolled-back transactions", len(published.rolled_back),
                    "verified" if published.rolled_back else "FAILED",
                    "" if published.rolled_back else "no publishing transaction rolled back"),
@@ -153,6 +161,81 @@ def _restart(faults: Faults) -> FaultCheck:
     return FaultCheck("database restart", len(faults.restarts), "verified",
                       f"server start time moved {after['started'] - before['started']:.0f} s"
                       f"{pids}; unreachable {down:.1f} s")
+
+
+def _failover(plan: Plan, faults: Faults) -> FaultCheck:
+    """The writer before must have been one and be gone, and another server must have
+    answered as the writer."""
+    name = "failover (PostgreSQL promotion)" if plan.failover == "pg" \
+        else "failover (Galera node killed)"
+    if not faults.failovers:
+        return FaultCheck(name, 0, "FAILED", "no failover was recorded")
+    down, up, before, after, old = faults.failovers[0]
+    writer = "primary" if plan.failover == "pg" else "synced"
+    if not (before.get(writer) and after.get(writer) and after.get("node") != before.get("node")
+            and old.get("running") is False):
+        return FaultCheck(name, len(faults.failovers), "FAILED",
+                          f"writer before {before}, after {after}, the old one afterwards {old}")
+    how = "stopped -m immediate" if plan.failover == "pg" else "killed -9"
+    return FaultCheck(name, len(faults.failovers), "verified",
+                      f"{before['node']} (port {before['port']}, pid {before['pid']}) {how}, "
+                      f"{after['node']} (port {after['port']}) the writer "
+                      f"{up - down:.1f} s later")
+
+
+def resume_gaps(faults: Faults, runs: list[Run]) -> tuple[float, dict[int, float | None]]:
+    """After the first failover: (when clients could write again, seconds from the
+    writer's failure), and per worker that ran before it and was not killed before running
+    again, seconds from the failure to its first handler run after it (None: never)."""
+    down, up = faults.failovers[0][:2]
+    first: dict[int, float] = {}
+    for run in runs:
+        if run.start > down and run.start < first.get(run.pid, math.inf):
+            first[run.pid] = run.start
+    gaps: dict[int, float | None] = {}
+    for pid, started in faults.started.items():
+        killed = faults.kills_sent.get(pid, math.inf)
+        if started >= down or killed <= down:
+            continue  # not running when the writer failed
+        resumed = first.get(pid)
+        if resumed is None and killed < math.inf:
+            continue  # killed later, before it ran anything
+        if resumed is not None and resumed > killed:
+            continue
+        gaps[pid] = None if resumed is None else resumed - down
+    return up - down, gaps
+
+
+def _resumed(plan: Plan, faults: Faults, runs: list[Run]) -> FaultCheck:
+    """Every worker running through the failover must start handlers again within the
+    outage + LEASE_DURATION + its longest wait between two retries."""
+    name = "workers resumed after the failover"
+    if not faults.failovers:
+        return FaultCheck(name, 0, "FAILED", "no failover was recorded")
+    outage, gaps = resume_gaps(faults, runs)
+    bound = outage + plan.lease + plan.retry_delay
+    never = [pid for pid, gap in gaps.items() if gap is None]
+    late = {pid: round(gap, 1) for pid, gap in gaps.items() if gap is not None and gap > bound}
+    measured = [gap for gap in gaps.values() if gap is not None]
+    detail = (f"{len(gaps)} workers; first handler run {min(measured, default=math.inf):.1f} s "
+              f"after the writer failed, every worker's within {max(measured, default=0):.1f} s "
+              f"(bound: outage {outage:.1f} s + lease {plan.lease:g} s + retry wait "
+              f"{plan.retry_delay:g} s = {bound:.1f} s)")
+    if not gaps or never or late:
+        return FaultCheck(name, len(gaps), "FAILED",
+                          f"{detail}; never resumed: pids {never}; late: {late}")
+    return FaultCheck(name, len(gaps), "verified", detail)
+
+
+def _listeners(faults: Faults) -> FaultCheck:
+    """Every worker's wake-up listener must be connected to the new primary."""
+    name = "wake-up listeners on the new primary"
+    if faults.listeners is None:
+        return FaultCheck(name, 0, "FAILED", "the listeners were not counted")
+    found, workers = faults.listeners
+    status = "verified" if workers and found >= workers else "FAILED"
+    return FaultCheck(name, found, status,
+                      f"{found} listener connection(s) for {workers} running workers")
 
 
 def _hang(plan: Plan, faults: Faults, runs: list[Run], published: Published,
