@@ -23,8 +23,8 @@
 #                      make test runs a 60 s version of it on MariaDB
 #   make chaos-failover  the chaos run on a fresh PostgreSQL pair whose primary fails over,
 #                      then on a fresh Galera cluster whose writer node is killed, each for
-#                      CHAOS_FAILOVER_SECONDS (default 180); make test runs 30 s of each
-#                      (chaos-failover-short); chaos-galera-spread runs the workers on all
+#                      CHAOS_FAILOVER_SECONDS (default 180); chaos-failover-short runs
+#                      30 s of each; chaos-galera-spread runs the workers on all
 #                      three Galera nodes at once
 #   make cluster-pg    a PostgreSQL primary and a synchronous replica on ports 25432 and
 #                      25433 (clusters/pg.py); prints their URLs. cluster-pg-stop stops it
@@ -264,11 +264,10 @@ test-backends: $(VENV)/.stamp-spark | provision
 # slowest, Python 3.13 on PostgreSQL, 627 s; the Spark sessions 157 s), the chaos run with its
 # poison publisher about 100 s. The tests fork their workers from a launcher with Django loaded
 # (tests/launcher.py): before it, the same run took 1,049-1,279 s. The suites run at once
-# (tests/matrix.py); the chaos run comes last and alone, since it restarts MariaDB, and
-# then the two failover runs on clusters of their own (about 125 s), alone too.
-# docs/benchmarks.md ("CI") has each suite's figures.
-FAILOVER_SHORT = $(if $(and $(filter mysql,$(BACKENDS)),$(filter postgres,$(BACKENDS))),chaos-failover-short)
-test: venvs lint check-migrations test-matrix $(if $(filter mysql,$(BACKENDS)),chaos-short) $(FAILOVER_SHORT)
+# (tests/matrix.py); the chaos run comes last and alone, since it restarts MariaDB.
+# docs/benchmarks.md ("CI") has each suite's figures. The failover runs (chaos-failover,
+# chaos-failover-short) run on their own.
+test: venvs lint check-migrations test-matrix $(if $(filter mysql,$(BACKENDS)),chaos-short)
 
 # The virtualenvs make test needs, built at once: their installs mostly wait on the network.
 venvs: | provision
@@ -314,7 +313,7 @@ test-matrix: $(VENV)/.stamp-spark $(if $(IS_CI),$(COMPAT_VENV)/.stamp-dev) | pro
 	  '$(WHEEL_SUITE)'
 
 # The whole matrix, one run after another, as a release wants it.
-test-full: lint check-migrations test-wheel test-backends $(if $(filter mysql,$(BACKENDS)),chaos-short) $(FAILOVER_SHORT) test-compat
+test-full: lint check-migrations test-wheel test-backends $(if $(filter mysql,$(BACKENDS)),chaos-short) test-compat
 
 # Without the spark extra: the Spark tests are skipped there, each with its reason.
 test-compat: $(COMPAT_VENV)/.stamp-dev | provision
