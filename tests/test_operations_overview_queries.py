@@ -56,7 +56,10 @@ def arrange(topics: int, groups: int, prefix: str = "") -> int:
                 message_offset=stored[3].offset, acked=True, invisible_until=0,
                 retry_count=0, last_error="")
             SubscriberHeartbeat.objects.create(consumer_group=group, topic=topic,
-                                               subscriber_name=f"w-{group}", heartbeat_at=now_ms())
+                                               subscriber_name=f"w-{group}",
+                                               # Live for the whole test, however slow
+                                               # the machine is while the rows are made.
+                                               heartbeat_at=now_ms() + 60_000)
             Throughput.objects.create(minute=now - now % MINUTE_MS, consumer_group=group,
                                       topic=topic, subscriber_name=f"w-{group}", handled=3,
                                       failed=1)
