@@ -264,9 +264,9 @@ test-backends: $(VENV)/.stamp-spark | provision
 # slowest, Python 3.13 on PostgreSQL, 627 s; the Spark sessions 157 s), the chaos run with its
 # poison publisher about 100 s. The tests fork their workers from a launcher with Django loaded
 # (tests/launcher.py): before it, the same run took 1,049-1,279 s. The suites run at once
-# (tests/matrix.py); the chaos run comes last and alone, since it restarts MariaDB.
-# docs/benchmarks.md ("CI") has each suite's figures. The failover runs (chaos-failover,
-# chaos-failover-short) run on their own.
+# (tests/matrix.py), the short failover runs among them (about 100 s alone); the chaos run
+# comes last and alone, since it restarts MariaDB. docs/benchmarks.md ("CI") has each
+# suite's figures.
 test: venvs lint check-migrations test-matrix $(if $(filter mysql,$(BACKENDS)),chaos-short)
 
 # The virtualenvs make test needs, built at once: their installs mostly wait on the network.
@@ -281,6 +281,10 @@ venvs: | provision
 
 # The wheel check runs beside the suites: it only uses SQLite files of its own.
 WHEEL_SUITE = The wheel, installed=!$(NICED) $(PY) tests/wheel/check.py --work $(TEST_DATA)/wheel
+
+# The short failover runs (chaos-failover-short) beside the suites: their clusters run on
+# ports and in directories of their own, so they touch neither test server.
+FAILOVER_SUITE = $(if $(filter mysql,$(BACKENDS)),$(if $(filter postgres,$(BACKENDS)),'Short failover runs on a PostgreSQL pair and a Galera cluster=!$(NICED) $(MAKE) --no-print-directory chaos-failover-short PROVISION=0'))
 
 # $(call suite,<title>,<python>,<url>,<pytest args>): one argument of tests/matrix.py.
 suite = '$(1)=$(2)|$(3)|$(4)'
@@ -310,6 +314,7 @@ test-matrix: $(VENV)/.stamp-spark $(if $(IS_CI),$(COMPAT_VENV)/.stamp-dev) | pro
 	  $(foreach b,$(BACKENDS),$(call suite,Python $(BASE_VERSION) / Django $(DJANGO_SERIES): $(call backend_name,$(b)),$(NICED) $(PY),$(call backend_url,$(b)),-m "not spark" --durations=15 $(PYTEST_ARGS))) \
 	  $(SPARK_SUITE) \
 	  $(COMPAT_SUITES) \
+	  $(FAILOVER_SUITE) \
 	  '$(WHEEL_SUITE)'
 
 # The whole matrix, one run after another, as a release wants it.

@@ -127,9 +127,11 @@ class GaleraCluster:
         common.reset_directory(self.directory, owner)
         for node in self.nodes:
             node.directory.mkdir()
+            (node.directory / "tmp").mkdir()
             node.config.write_text(self._config(node, provider))
             if owner:
                 shutil.chown(node.directory, owner, owner)
+                shutil.chown(node.directory / "tmp", owner, owner)
             # Nodes 2 and 3 get node 1's data by state transfer; an installed data
             # directory to start from costs a second and spares the joiner surprises.
             common.run([install_db, "--no-defaults", f"--datadir={node.data}",
@@ -256,6 +258,9 @@ class GaleraCluster:
 port = {node.port}
 bind-address = {HOST}
 socket = {node.directory / "mariadbd.sock"}
+# A temporary directory of its own: servers sharing one (/tmp) have crashed freeing each
+# other's Aria temporary tables.
+tmpdir = {node.directory / "tmp"}
 pid-file = {node.pid_file}
 log-error = {node.log}
 character-set-server = utf8mb4

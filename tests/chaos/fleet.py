@@ -7,6 +7,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -47,6 +48,10 @@ class Worker:
     starts: int = 0
     exit_codes: list[int] = field(default_factory=list)
     down_on_purpose: bool = False  # killed or stopped by the run, not by itself
+    # start() runs on timer threads while the supervisor checks for exits: without the lock
+    # the supervisor could see the old, dead process between start()'s clearing of
+    # down_on_purpose and its new process, and start a second one under the same name.
+    lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     @property
     def alive(self) -> bool:
@@ -58,7 +63,10 @@ class Worker:
         return self.proc.pid
 
     def start(self) -> None:
-        self.down_on_purpose = False
+        with self.lock:
+            self._start()
+
+    def _start(self) -> None:
         env = base_env(self.directory, self.database_url)
         if self.skewed:
             # Preloaded directly (the faketime wrapper forks, and signals would miss the
@@ -73,6 +81,7 @@ class Worker:
                  "--concurrency", str(WORKER_CONCURRENCY)],
                 cwd=REPO_ROOT, env=env, stdout=out, stderr=subprocess.STDOUT,
             )
+        self.down_on_purpose = False
         records.write("faults", e="start", name=self.name, pid=self.proc.pid, skewed=self.skewed)
 
     def state(self, wanted: str, timeout: float = 1.0) -> str:
@@ -129,6 +138,10 @@ class Worker:
     def exited_by_itself(self) -> int | None:
         """The exit status of a worker that ended without the run killing or stopping it,
         once (a supervisor would restart it), or None."""
+        with self.lock:
+            return self._exited_by_itself()
+
+    def _exited_by_itself(self) -> int | None:
         if self.proc is None or self.down_on_purpose or self.proc.poll() is None:
             return None
         self.down_on_purpose = True
