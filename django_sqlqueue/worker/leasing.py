@@ -24,7 +24,8 @@ from django.db import connections, transaction
 from ..cancelling import skip_cancelled
 from ..consuming.registry import Subscription
 from ..db import liveness as liveness_locks
-from ..logtext import number_ranges
+from ..db.errors import is_transient
+from ..logtext import loggable, number_ranges
 from ..models import ConsumerOffset, PartitionLease, SubscriberHeartbeat, Topic
 from ..partitioning import partition_names
 from ..sequencing import partition_counts, record_configured_topics
@@ -252,8 +253,14 @@ class Leasing:
     def _live_workers(self, now_ms: int) -> dict[tuple[str, str], int] | None:
         try:
             return self._count_live_workers(now_ms)
-        except Exception:  # noqa: BLE001 - availability over fairness, as the RFC says
-            logger.warning("fair share unavailable, acquiring without a cap", exc_info=True)
+        except Exception as exc:  # noqa: BLE001 - availability over fairness, as the RFC says
+            if is_transient(exc):
+                # A lost connection or a deadlock: the cycle's next statement meets it too
+                # and is retried as usual; a traceback would only add noise to a failover.
+                logger.warning("fair share unavailable, acquiring without a cap error=%s: %s",
+                               type(exc).__name__, loggable(exc, 300))
+            else:
+                logger.warning("fair share unavailable, acquiring without a cap", exc_info=True)
             return None
 
     def _fair_share(self, subscription: Subscription,
