@@ -17,7 +17,7 @@ from django.db import DatabaseError, connections
 
 from django_sqlqueue import operations as ops
 from django_sqlqueue.cancelling import cancel
-from django_sqlqueue.conf import MAX_PARTITIONS, queue_database
+from django_sqlqueue.conf import MAX_PARTITIONS, queue_database, read_database
 from django_sqlqueue.consuming.registry import autodiscover, subscriptions
 from django_sqlqueue.db.schema_state import (
     NotMigrated,
@@ -63,6 +63,10 @@ SUBCOMMANDS = {
     "schedules": "List recurring schedules, pause or resume one, or run one now.",
 }
 SCHEDULE_ACTIONS = ("list", "pause", "resume", "run-now")
+# Subcommands that only read, for a person, and may show a lagging view: they read
+# SQLQUEUE["READ_DATABASE"] unless --database names an alias. Not health: a probe must not
+# fail (and restart containers) because a replica lags, nor pass on a stale view.
+READ_REPLICA_SUBCOMMANDS = frozenset({"stats"})
 UNHEALTHY = 1  # exit status of a failed health check
 NOT_CANCELLED = 1  # exit status of a cancel that found the message started for some group
 NOT_MIGRATED = 1  # exit status when the queue tables are missing or behind the migrations
@@ -80,6 +84,16 @@ def _errors_in_one_line(parser: ArgumentParser, prog: str) -> None:
     parser.error = error  # type: ignore[method-assign]
 
 
+def _database(options: dict[str, Any]) -> str:
+    """The alias the subcommand uses: ``--database`` as given, else the queue's database
+    (its read replica for the subcommands that may read one)."""
+    if options.get("database"):
+        return str(options["database"])
+    if options.get("subcommand") in READ_REPLICA_SUBCOMMANDS:
+        return read_database()
+    return queue_database()
+
+
 class Command(BaseCommand):
     help = "Operator tasks on the queue tables; see 'sqlqueue SUBCOMMAND --help'."
 
@@ -93,9 +107,11 @@ class Command(BaseCommand):
         for name, text in SUBCOMMANDS.items():
             subparser = subparsers.add_parser(name, help=text, description=text)
             getattr(self, f"add_{name.replace('-', '_')}_arguments")(subparser)
+            replica = (", or its SQLQUEUE['READ_DATABASE'] when set"
+                       if name in READ_REPLICA_SUBCOMMANDS else "")
             subparser.add_argument("--database", default=None,
                                    help="Database alias holding the queue tables (default: "
-                                        "SQLQUEUE['DATABASE'], normally 'default').")
+                                        f"SQLQUEUE['DATABASE'], normally 'default'{replica}).")
             connecting.add_wait_argument(subparser)
             _errors_in_one_line(subparser, f"sqlqueue {name}")
 
@@ -105,13 +121,13 @@ class Command(BaseCommand):
         # Quiet while it waits (a probe reads one line), each retry shown with -v 2.
         wait, err = options.get("wait"), OutputWrapper(options.get("stderr") or sys.stderr)
         connecting.wait_for(
-            options.get("database") or queue_database(),
+            _database(options),
             connecting.CONNECT_WAIT if wait is None else positive_seconds("--wait", wait),
             err.write if int(options.get("verbosity", 1)) > 1 else connecting.quietly)
         return super().execute(*args, **options)
 
     def handle(self, *args: Any, **options: Any) -> None:
-        options["database"] = options["database"] or queue_database()
+        options["database"] = _database(options)
         if options["database"] not in connections:
             raise CommandError(f"unknown database alias {options['database']!r}",
                                returncode=USAGE_ERROR)
