@@ -63,7 +63,8 @@ def pair(django_db_setup: Any, django_db_blocker: Any) -> Iterator[PgCluster]:
         cluster.stop()
         if backends.is_ci():
             raise  # CI=true: every database the suite names must run
-        pytest.skip(f"could not start a PostgreSQL primary and replica: {exc}")
+        pytest.skip(f"could not start a PostgreSQL primary and replica ({PORT_VARIABLE} "
+                    f"chooses this module's ports): {exc}")
     default = settings.DATABASES["default"]
     base = {**default, "HOST": "127.0.0.1", "USER": "postgres", "PASSWORD": "",
             "NAME": DATABASE, "OPTIONS": {}}
