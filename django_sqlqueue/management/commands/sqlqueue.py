@@ -17,7 +17,7 @@ from django.db import DatabaseError, connections
 
 from django_sqlqueue import operations as ops
 from django_sqlqueue.cancelling import cancel
-from django_sqlqueue.conf import MAX_PARTITIONS, queue_database, read_database
+from django_sqlqueue.conf import MAX_PARTITIONS
 from django_sqlqueue.consuming.registry import autodiscover, subscriptions
 from django_sqlqueue.db.schema_state import (
     NotMigrated,
@@ -27,7 +27,7 @@ from django_sqlqueue.db.schema_state import (
 )
 from django_sqlqueue.exceptions import ConfigurationError, TopicNotDrained
 from django_sqlqueue.groups import GroupInUse, UnknownGroup
-from django_sqlqueue.management import connecting, tables
+from django_sqlqueue.management import aliases, connecting, tables
 from django_sqlqueue.management.progress import ProgressBar
 from django_sqlqueue.management.selection import (
     MAX_INDENT,
@@ -63,10 +63,6 @@ SUBCOMMANDS = {
     "schedules": "List recurring schedules, pause or resume one, or run one now.",
 }
 SCHEDULE_ACTIONS = ("list", "pause", "resume", "run-now")
-# Subcommands that only read, for a person, and may show a lagging view: they read
-# SQLQUEUE["READ_DATABASE"] unless --database names an alias. Not health: a probe must not
-# fail (and restart containers) because a replica lags, nor pass on a stale view.
-READ_REPLICA_SUBCOMMANDS = frozenset({"stats"})
 UNHEALTHY = 1  # exit status of a failed health check
 NOT_CANCELLED = 1  # exit status of a cancel that found the message started for some group
 NOT_MIGRATED = 1  # exit status when the queue tables are missing or behind the migrations
@@ -84,16 +80,6 @@ def _errors_in_one_line(parser: ArgumentParser, prog: str) -> None:
     parser.error = error  # type: ignore[method-assign]
 
 
-def _database(options: dict[str, Any]) -> str:
-    """The alias the subcommand uses: ``--database`` as given, else the queue's database
-    (its read replica for the subcommands that may read one)."""
-    if options.get("database"):
-        return str(options["database"])
-    if options.get("subcommand") in READ_REPLICA_SUBCOMMANDS:
-        return read_database()
-    return queue_database()
-
-
 class Command(BaseCommand):
     help = "Operator tasks on the queue tables; see 'sqlqueue SUBCOMMAND --help'."
 
@@ -107,11 +93,7 @@ class Command(BaseCommand):
         for name, text in SUBCOMMANDS.items():
             subparser = subparsers.add_parser(name, help=text, description=text)
             getattr(self, f"add_{name.replace('-', '_')}_arguments")(subparser)
-            replica = (", or its SQLQUEUE['READ_DATABASE'] when set"
-                       if name in READ_REPLICA_SUBCOMMANDS else "")
-            subparser.add_argument("--database", default=None,
-                                   help="Database alias holding the queue tables (default: "
-                                        f"SQLQUEUE['DATABASE'], normally 'default'{replica}).")
+            aliases.add_database_argument(subparser, name)
             connecting.add_wait_argument(subparser)
             _errors_in_one_line(subparser, f"sqlqueue {name}")
 
@@ -121,13 +103,13 @@ class Command(BaseCommand):
         # Quiet while it waits (a probe reads one line), each retry shown with -v 2.
         wait, err = options.get("wait"), OutputWrapper(options.get("stderr") or sys.stderr)
         connecting.wait_for(
-            _database(options),
+            aliases.command_database(options),
             connecting.CONNECT_WAIT if wait is None else positive_seconds("--wait", wait),
             err.write if int(options.get("verbosity", 1)) > 1 else connecting.quietly)
         return super().execute(*args, **options)
 
     def handle(self, *args: Any, **options: Any) -> None:
-        options["database"] = _database(options)
+        options["database"] = aliases.command_database(options)
         if options["database"] not in connections:
             raise CommandError(f"unknown database alias {options['database']!r}",
                                returncode=USAGE_ERROR)
