@@ -38,7 +38,9 @@
 # SQLITE_URL / MYSQL_URL / POSTGRES_URL (and COMPAT_*_URL for the Python 3.11 run, which
 # runs at the same time and so needs databases of its own), BASE_PYTHON / COMPAT_PYTHON,
 # CHAOS_SECONDS / CHAOS_DATABASE_URL / CHAOS_ARGS (e.g. "--seed 7 --keep"),
-# CHAOS_FAILOVER_SECONDS, SQLQUEUE_PG_CLUSTER_PORT / SQLQUEUE_GALERA_CLUSTER_PORT.
+# CHAOS_FAILOVER_SECONDS, SQLQUEUE_PG_CLUSTER_PORT / SQLQUEUE_GALERA_CLUSTER_PORT,
+# SQLQUEUE_READ_REPLICA_PORT (the PostgreSQL pair tests/test_read_replica.py starts in the
+# PostgreSQL suite; default 25442 and 25443).
 
 SHELL := /bin/bash
 .SHELLFLAGS := -eu -o pipefail -c

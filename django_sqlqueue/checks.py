@@ -23,6 +23,7 @@ from .conf import (
 from .docs import see
 from .models.fields import TOPIC_LENGTH
 from .models.payload_search import FIELD_RE
+from .replica_checks import check_read_database  # noqa: F401 - registers sqlqueue.E018
 
 _NAME_RE = re.compile(r"[A-Za-z0-9._-]+")  # the whole name: use fullmatch
 _MODULE_RE = re.compile(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)*")  # a dotted module path

@@ -20,6 +20,11 @@ DEFAULTS: dict[str, Any] = {
     # DATABASE_ROUTERS must send the app's models there (django_sqlqueue.routers.QueueRouter).
     # Left out: the alias the routers choose for the app's models, normally "default".
     "DATABASE": DEFAULT_DB_ALIAS,
+    # A read replica of the queue's database for what only reads and may lag: the admin's
+    # pages (not its actions), `manage.py sqlqueue stats` and the metrics. Either one alias
+    # (the replica of DATABASE) or {queue alias: replica alias}. None: everything reads the
+    # queue's alias. See docs/operating.md, "Read replicas".
+    "READ_DATABASE": None,
     # How long an idle worker waits between polls, in seconds.
     "POLL_INTERVAL": 0.1,
     # 1: strict mode, each key handled one message at a time in log order. Any other value:
@@ -120,6 +125,7 @@ TOPIC_OPTIONS = frozenset({"PARTITIONS"})
 @dataclass(frozen=True)
 class QueueSettings:
     database: str
+    read_database: str | dict[str, str] | None
     poll_interval: float
     batch_size: int
     visibility_timeout: float
@@ -175,6 +181,34 @@ def queue_database(topic: str | None = None) -> str:
     from django.db import router
 
     return str(router.db_for_write(apps.get_model("django_sqlqueue", "QueueMessage")))
+
+
+def queue_aliases() -> set[str]:
+    """Every alias holding queue tables: ``SQLQUEUE["DATABASE"]`` and the ``DATABASE`` of
+    each topic in ``SQLQUEUE["TOPICS"]`` that names one."""
+    aliases = {queue_database()}
+    for options in (raw_settings()["TOPICS"] or {}).values():
+        if isinstance(options, dict) and isinstance(options.get("DATABASE"), str):
+            aliases.add(options["DATABASE"])
+    return aliases
+
+
+def read_database(alias: str | None = None) -> str:
+    """The alias to read the queue alias ``alias`` (default: :func:`queue_database`) from
+    where a lagging view is acceptable: its ``SQLQUEUE["READ_DATABASE"]`` replica, else
+    ``alias`` itself.
+
+    Only what writes nothing and need not see its own writes may ask this; everything else
+    reads the queue's alias (the router's ``db_for_read`` answers it too).
+    """
+    primary = queue_database()
+    alias = alias or primary
+    replicas = get_settings().read_database
+    if isinstance(replicas, str):
+        return replicas if alias == primary else alias
+    if isinstance(replicas, dict):
+        return str(replicas.get(alias) or alias)
+    return alias
 
 
 def raw_settings() -> dict[str, Any]:

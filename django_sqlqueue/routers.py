@@ -24,6 +24,9 @@ class QueueRouter:
     """Routes the app's models to ``SQLQUEUE["DATABASE"]`` (``"default"`` unless set)."""
 
     def db_for_read(self, model: type[Any], **hints: Any) -> str | None:
+        # The queue's database, never its read replica (SQLQUEUE["READ_DATABASE"]):
+        # publish(), the worker and the operations read rows and then write on what they
+        # read. The few places that may show a lagging view ask conf.read_database().
         return get_settings().database if _is_queue_model(model) else None
 
     def db_for_write(self, model: type[Any], **hints: Any) -> str | None:

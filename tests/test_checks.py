@@ -15,11 +15,12 @@ from django_sqlqueue.checks import (
     check_database_isolation,
     check_liveness,
     check_pooler,
+    check_read_database,
     check_settings,
     check_sqlite_transaction_mode,
     check_task_backends,
 )
-from django_sqlqueue.conf import DEFAULTS, get_settings
+from django_sqlqueue.conf import DEFAULTS, get_settings, read_database
 
 
 def errors_for(value) -> list:
@@ -425,6 +426,63 @@ def test_a_pooled_alias_with_a_direct_connection_holds_its_lock_there():
         with override_settings(DATABASES=databases, SQLQUEUE={"DIRECT_DATABASE": "direct"}):
             assert check_liveness() == []
             assert check_pooler() == []
+
+
+# --------------------------------------------------------------------------- read replicas
+
+PG = {"ENGINE": "django.db.backends.postgresql", "NAME": "x"}
+REPLICATED = {"default": PG, "queue": {**PG, "PORT": 5433}, "queue_replica": {**PG, "PORT": 5434},
+              "other": {**PG, "PORT": 5435}, "mysql": {"ENGINE": "django.db.backends.mysql"}}
+ROUTED = ["django_sqlqueue.routers.QueueRouter"]
+
+
+def replica_messages(read_database: object, **sqlqueue: object) -> list[str]:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        with override_settings(DATABASES=REPLICATED, DATABASE_ROUTERS=ROUTED,
+                               SQLQUEUE={"DATABASE": "queue", "READ_DATABASE": read_database,
+                                         **sqlqueue}):
+            return [f"{message.id} {message.msg}" for message in check_read_database()]
+
+
+@pytest.mark.parametrize("value", [None, "queue_replica", {"queue": "queue_replica"},
+                                   {"queue": "queue"}])
+def test_a_replica_of_the_queue_alias_passes(value):
+    assert replica_messages(value) == []
+
+
+def test_read_database_answers_the_replica_of_a_queue_alias_and_any_other_alias_itself():
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for value in ("queue_replica", {"queue": "queue_replica"}):
+            with override_settings(DATABASES=REPLICATED, DATABASE_ROUTERS=ROUTED,
+                                   SQLQUEUE={"DATABASE": "queue", "READ_DATABASE": value}):
+                assert read_database() == read_database("queue") == "queue_replica"
+                assert read_database("other") == "other"
+        with override_settings(DATABASES=REPLICATED, DATABASE_ROUTERS=ROUTED,
+                               SQLQUEUE={"DATABASE": "queue"}):
+            assert read_database() == "queue"
+
+
+@pytest.mark.parametrize(("value", "says"), [
+    (["queue_replica"], "must be None, an alias of DATABASES or a dict"),
+    ("replica", "SQLQUEUE['READ_DATABASE'] must name an alias of DATABASES"),
+    ({"queue": "replica"}, "SQLQUEUE['READ_DATABASE']['queue'] must name an alias"),
+    ({"queue": 5}, "got 5"),
+    ({"other": "queue_replica"}, "has the key 'other', which holds no queue tables"),
+    ({"queue": "mysql"}, "on another engine than 'queue'"),
+])
+def test_a_read_database_that_is_not_a_replica_of_a_queue_alias_is_e018(value, says):
+    [message] = replica_messages(value)
+    assert message.startswith("sqlqueue.E018 ") and says in message
+
+
+def test_a_read_database_holding_another_queue_is_e018():
+    # A topic on a database of its own (SQLQUEUE["TOPICS"][name]["DATABASE"]) makes that
+    # alias a queue alias too: it is no replica of "queue".
+    [message] = replica_messages({"queue": "other"},
+                                 TOPICS={"reports": {"DATABASE": "other"}})
+    assert "'other', which holds queue tables of its own" in message
 
 
 def pooler_messages(sqlqueue: dict[str, object], **config: object) -> list[str]:

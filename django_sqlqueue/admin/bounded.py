@@ -23,7 +23,7 @@ from django.contrib.auth import get_permission_codename
 from django.db.models import QuerySet
 from django.http import HttpRequest
 
-from ..conf import queue_database
+from .reading import database_for
 
 
 class BoundedChangeList(ChangeList):
@@ -55,8 +55,10 @@ class QueueModelAdmin(admin.ModelAdmin):
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[Any]:
         # The queue's own database, whatever the routers say (the system checks ask them
-        # to agree with SQLQUEUE["DATABASE"]).
-        return super().get_queryset(request).using(queue_database())
+        # to agree with SQLQUEUE["DATABASE"]); its read replica for a page that only
+        # looks (admin/reading.py). Objects read remember their alias (``_state.db``), and
+        # the detail pages read the rest of what they show from there.
+        return super().get_queryset(request).using(database_for(request))
 
     def get_changelist(self, request: HttpRequest, **kwargs: Any) -> type[ChangeList]:
         return BoundedChangeList

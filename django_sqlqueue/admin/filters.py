@@ -14,8 +14,9 @@ from django.contrib import admin
 from django.db.models import QuerySet
 from django.http import HttpRequest
 
-from ..conf import get_settings, queue_database
+from ..conf import get_settings
 from ..models import ConsumerOffset, Topic
+from .reading import database_for
 
 CHOICES = 100  # names a filter or a page's select offers at most
 
@@ -43,7 +44,7 @@ class CappedChoicesFilter(admin.SimpleListFilter):
         raise NotImplementedError
 
     def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
-        names, self.more = self.names(queue_database(), str(self.value() or ""))
+        names, self.more = self.names(database_for(request), str(self.value() or ""))
         return [(name, name) for name in names]
 
     def has_output(self) -> bool:
@@ -129,7 +130,7 @@ class PartitionFilter(admin.SimpleListFilter):
         topic = request.GET.get("topic")
         if not topic:
             return []
-        count = Topic.objects.using(queue_database()).filter(topic=topic).values_list(
+        count = Topic.objects.using(database_for(request)).filter(topic=topic).values_list(
             "partitions", flat=True).first()
         return [(str(p), str(p)) for p in range(int(count or 0))]
 

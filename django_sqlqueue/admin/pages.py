@@ -32,6 +32,7 @@ from .bounded import QueueModelAdmin
 from .display import age, when
 from .filters import CHOICES, capped_names
 from .paginator import CappedPaginator
+from .reading import database_for
 
 LIST_BREADCRUMBS = django.VERSION >= (6, 0)  # Django 6 draws breadcrumbs as a list
 LAG_CAP = 100_000  # messages counted above a watermark at most, per partition
@@ -67,7 +68,7 @@ class PageAdmin(QueueModelAdmin):
         if request.method == "POST":
             self.act(request)
             return HttpResponseRedirect(request.get_full_path())
-        using = self.using()
+        using = database_for(request)  # the read replica, unless an action was just taken
         now_ms = LogSequencer.objects.head(using)[2]  # the database clock
         context = {
             **self.admin_site.each_context(request),
@@ -82,6 +83,7 @@ class PageAdmin(QueueModelAdmin):
         return TemplateResponse(request, self.template, context)
 
     def using(self) -> str:
+        """The queue's database, which actions act on."""
         return queue_database()
 
     def page_context(self, request: HttpRequest, using: str, now_ms: int) -> dict[str, Any]:

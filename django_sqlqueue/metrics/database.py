@@ -4,7 +4,8 @@ A custom collector: ``describe()`` names the families without touching the datab
 registering it is free; ``collect()`` runs one :func:`django_sqlqueue.operations.overview`
 and keeps its rows for ``SQLQUEUE["METRICS_CACHE_SECONDS"]``, so scrapes from several
 Prometheus servers (or a dashboard hitting the view) cost one overview per interval.
-Modelled on the Kafka exporter's consumer-group metrics.
+Modelled on the Kafka exporter's consumer-group metrics. The gauges are read from
+``SQLQUEUE["READ_DATABASE"]`` when the queue's alias has a read replica.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ import threading
 import time
 from typing import Any
 
-from ..conf import get_settings, queue_database
+from ..conf import get_settings, read_database
 from ..operations import LimitStats, SubscriptionStats, limits_overview, overview
 
 # (name, help, SubscriptionStats attribute)
@@ -48,8 +49,9 @@ LIMIT_GAUGES = (
 
 class DatabaseCollector:
     def __init__(self, using: str | None = None) -> None:
-        using = using or queue_database()
-        self.using = using
+        # Gauges only read, and a scrape every 15 s or so lags anyway: the queue alias's
+        # read replica (SQLQUEUE["READ_DATABASE"]) when it has one.
+        self.using = read_database(using)
         self._lock = threading.Lock()  # one overview at a time, shared by concurrent scrapes
         self._rows: list[SubscriptionStats] = []
         self._limits: list[LimitStats] = []

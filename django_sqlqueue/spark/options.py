@@ -32,6 +32,9 @@ class Options:
     of any text that might quote it."""
 
     url: str
+    # A read replica of ``url``'s database, for batch reads only (streams and writes use
+    # ``url``): the Spark side of SQLQUEUE["READ_DATABASE"]. None: batch reads use ``url``.
+    read_url: str | None
     topics: tuple[str, ...]
     table: str
     num_partitions: int
@@ -52,14 +55,23 @@ class Options:
 
     def __repr__(self) -> str:
         values = ", ".join(
-            f"{field.name}={redact(self.url) if field.name == 'url' else getattr(self, field.name)!r}"
-            for field in fields(self))
+            f"{field.name}={self._shown(field.name)}" for field in fields(self))
         return f"Options({values})"
+
+    def _shown(self, name: str) -> str:
+        value = getattr(self, name)
+        return repr(redact(value) if name in ("url", "read_url") and value else value)
+
+    @property
+    def batch_url(self) -> str:
+        """The database a batch read queries: the read replica when given."""
+        return self.read_url or self.url
 
     def hide(self, text: str) -> str:
         """``text`` with the url's password (if any) replaced by ``***``, in any spelling
         (the driver is given the decoded password: an error might quote either form)."""
-        return hide(text, self.url)
+        text = hide(text, self.url)
+        return hide(text, self.read_url) if self.read_url else text
 
 
 def _int(options: Mapping[str, str], name: str, default: int | None, *, least: int = 1,
@@ -104,6 +116,12 @@ def parse(options: Mapping[str, str]) -> Options:
         parse_url(str(url))
     except SQLQueueError as exc:
         raise SparkOptionError(f"option url: {exc}") from None
+    read_url = options.get("readUrl")
+    if read_url is not None:
+        try:
+            parse_url(str(read_url))
+        except SQLQueueError as exc:
+            raise SparkOptionError(f"option readUrl: {exc}") from None
     topics = _names(options.get("topic"))
     for topic in topics:
         try:
@@ -137,6 +155,7 @@ def parse(options: Mapping[str, str]) -> Options:
         raise SparkOptionError("give either option topic or option topicColumn, not both")
     return Options(
         url=str(url),
+        read_url=str(read_url) if read_url is not None else None,
         topics=topics,
         table=table,
         num_partitions=_int(options, "numPartitions", 4, most=10_000) or 4,

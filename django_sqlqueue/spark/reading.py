@@ -3,7 +3,8 @@
 Every committed message is read, sequenced or not (``position`` null until the sequencer
 reaches it), split into ``numPartitions`` input partitions by offset range. Readers are
 pickled to the executors: they carry options, never a connection, and open one in
-:meth:`SqlQueueReader.read`.
+:meth:`SqlQueueReader.read`. They read the ``readUrl`` replica when given: a batch read
+writes nothing and a replica's lag only makes it a slightly older snapshot.
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ def offset_ranges(options: Options) -> list[OffsetRange]:
     """The input partitions of a batch read: equal offset ranges over what is stored."""
     if options.table not in ("messages", "dead_letters"):
         return [OffsetRange(0, 0)]
-    with open_connection(options.url) as conn:
+    with open_connection(options.batch_url) as conn:
         bounds = message_scans.offset_bounds(conn, options.topics,
                                              dead_letters=options.table == "dead_letters")
         conn.rollback()
@@ -54,7 +55,7 @@ class SqlQueueReader(DataSourceReader):
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         options = self.options
         offsets = partition if isinstance(partition, OffsetRange) else OffsetRange(0, 0)
-        with open_connection(options.url) as conn:
+        with open_connection(options.batch_url) as conn:
             if options.table not in ("messages", "dead_letters"):
                 rows = read_state(conn, options.table, options.topics)
                 conn.rollback()

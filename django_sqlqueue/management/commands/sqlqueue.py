@@ -17,7 +17,7 @@ from django.db import DatabaseError, connections
 
 from django_sqlqueue import operations as ops
 from django_sqlqueue.cancelling import cancel
-from django_sqlqueue.conf import MAX_PARTITIONS, queue_database
+from django_sqlqueue.conf import MAX_PARTITIONS
 from django_sqlqueue.consuming.registry import autodiscover, subscriptions
 from django_sqlqueue.db.schema_state import (
     NotMigrated,
@@ -27,7 +27,7 @@ from django_sqlqueue.db.schema_state import (
 )
 from django_sqlqueue.exceptions import ConfigurationError, TopicNotDrained
 from django_sqlqueue.groups import GroupInUse, UnknownGroup
-from django_sqlqueue.management import connecting, tables
+from django_sqlqueue.management import aliases, connecting, tables
 from django_sqlqueue.management.progress import ProgressBar
 from django_sqlqueue.management.selection import (
     MAX_INDENT,
@@ -93,9 +93,7 @@ class Command(BaseCommand):
         for name, text in SUBCOMMANDS.items():
             subparser = subparsers.add_parser(name, help=text, description=text)
             getattr(self, f"add_{name.replace('-', '_')}_arguments")(subparser)
-            subparser.add_argument("--database", default=None,
-                                   help="Database alias holding the queue tables (default: "
-                                        "SQLQUEUE['DATABASE'], normally 'default').")
+            aliases.add_database_argument(subparser, name)
             connecting.add_wait_argument(subparser)
             _errors_in_one_line(subparser, f"sqlqueue {name}")
 
@@ -105,13 +103,13 @@ class Command(BaseCommand):
         # Quiet while it waits (a probe reads one line), each retry shown with -v 2.
         wait, err = options.get("wait"), OutputWrapper(options.get("stderr") or sys.stderr)
         connecting.wait_for(
-            options.get("database") or queue_database(),
+            aliases.command_database(options),
             connecting.CONNECT_WAIT if wait is None else positive_seconds("--wait", wait),
             err.write if int(options.get("verbosity", 1)) > 1 else connecting.quietly)
         return super().execute(*args, **options)
 
     def handle(self, *args: Any, **options: Any) -> None:
-        options["database"] = options["database"] or queue_database()
+        options["database"] = aliases.command_database(options)
         if options["database"] not in connections:
             raise CommandError(f"unknown database alias {options['database']!r}",
                                returncode=USAGE_ERROR)
