@@ -17,13 +17,14 @@ from __future__ import annotations
 
 import os
 import shutil
-import signal
 import socket
 import subprocess
 import sys
 import time
 from pathlib import Path
 from types import TracebackType
+
+from . import common
 
 ROOT = Path(__file__).resolve().parent.parent
 HOST = "127.0.0.1"
@@ -152,20 +153,9 @@ admin_users = {USER}
         pid = self.pid()
         if pid is None:
             return
-        try:
-            os.kill(pid, signal.SIGTERM)
-        except ProcessLookupError:
-            self.pid_file.unlink(missing_ok=True)
-            return
-        deadline = time.monotonic() + START_TIMEOUT
-        while time.monotonic() < deadline:
-            try:
-                os.kill(pid, 0)
-            except ProcessLookupError:
-                break
-            time.sleep(0.05)
-        else:
-            os.kill(pid, signal.SIGKILL)
+        # A pgbouncer this process started stays a zombie until reaped: common.alive()
+        # counts it gone, where os.kill(pid, 0) would wait out the whole timeout.
+        common.stop_process(pid, timeout=START_TIMEOUT)
         self.pid_file.unlink(missing_ok=True)
 
     def __enter__(self) -> PgBouncer:

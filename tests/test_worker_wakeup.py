@@ -56,8 +56,8 @@ def handled_at(offset: int) -> float | None:
 
 def listeners(name: str) -> list[int]:
     with connection.cursor() as cursor:
-        cursor.execute("SELECT pid FROM pg_stat_activity WHERE application_name = %s",
-                       [f"sqlqueue listener {name}"])
+        cursor.execute("SELECT pid FROM pg_stat_activity WHERE application_name = %s "
+                       "AND datname = current_database()", [f"sqlqueue listener {name}"])
         return [row[0] for row in cursor.fetchall()]
 
 
