@@ -288,6 +288,16 @@ WHEEL_SUITE = The wheel, installed=!$(NICED) $(PY) tests/wheel/check.py --work $
 # ports and in directories of their own, so they touch neither test server.
 FAILOVER_SUITE = $(if $(filter mysql,$(BACKENDS)),$(if $(filter postgres,$(BACKENDS)),'Short failover runs on a PostgreSQL pair and a Galera cluster=!$(NICED) $(MAKE) --no-print-directory chaos-failover-short PROVISION=0'))
 
+# Each backend's suite runs as TEST_SHARDS pytest processes at once (tests/shard.py deals
+# the test files out), each against a database of its own: the suites mostly wait on
+# workers and leases, and one process per backend left the machine a third idle while the
+# slowest suite set the pace. Part 1 uses the backend's URL; part k, database test<k> (or
+# the SQLite file sqlqueue-<k>.sqlite3), which .ci/provision creates.
+TEST_SHARDS ?= 2
+SHARD_NUMBERS = $(shell seq 1 $(TEST_SHARDS))
+shard_files = $(if $(filter-out 1,$(TEST_SHARDS)),$(shell $(BASE_PYTHON) tests/shard.py $(TEST_SHARDS) $(1)))
+shard_url = $(if $(filter 1,$(2)),$(call backend_url,$(1)),$(if $(filter sqlite,$(1)),sqlite:///$(TEST_DATA)/sqlqueue-$(2).sqlite3,$(call backend_url,$(1))$(2)))
+
 # $(call suite,<title>,<python>,<url>,<pytest args>): one argument of tests/matrix.py.
 suite = '$(1)=$(2)|$(3)|$(4)'
 backend_url = $(if $(filter sqlite,$(1)),$(SQLITE_URL),$(if $(filter mysql,$(1)),$(MYSQL_URL),$(POSTGRES_URL)))
@@ -313,7 +323,7 @@ test-matrix: $(VENV)/.stamp-spark $(if $(IS_CI),$(COMPAT_VENV)/.stamp-dev) | pro
 	@echo "sqlqueue: [$$(date +%T)] $@"
 	@mkdir -p $(TEST_DATA)
 	$(PY) -m tests.matrix \
-	  $(foreach b,$(BACKENDS),$(call suite,Python $(BASE_VERSION) / Django $(DJANGO_SERIES): $(call backend_name,$(b)),$(NICED) $(PY),$(call backend_url,$(b)),-m "not spark" --durations=15 $(PYTEST_ARGS))) \
+	  $(foreach b,$(BACKENDS),$(foreach k,$(SHARD_NUMBERS),$(call suite,Python $(BASE_VERSION) / Django $(DJANGO_SERIES): $(call backend_name,$(b))$(if $(filter-out 1,$(TEST_SHARDS)), (part $(k) of $(TEST_SHARDS))),$(NICED) $(PY),$(call shard_url,$(b),$(k)),-m "not spark" --durations=15 $(call shard_files,$(k)) $(PYTEST_ARGS)))) \
 	  $(SPARK_SUITE) \
 	  $(COMPAT_SUITES) \
 	  $(FAILOVER_SUITE) \
