@@ -34,7 +34,7 @@ if str(REPO_ROOT) not in sys.path:
 
 NAMES = ["publish_single", "publish_many", "end_to_end", "latency", "latency_workers",
          "latency_notify", "idle_queries", "many_keys", "scale", "fleet", "admin_pages",
-         "tasks", "waiting", "schedules", "limits", "notify_volume", "recovery"]
+         "tasks", "waiting", "schedules", "limits", "notify_volume", "recovery", "restart"]
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -87,6 +87,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--recovery-seconds", type=float, default=60.0,
                         help="how long recovery waits between the kill and the restart "
                              "(default: 60)")
+    parser.add_argument("--restart-down", type=float, default=30.0,
+                        help="seconds restart keeps the database server stopped (default: 30)")
     parser.add_argument("--profile", action="store_true",
                         help="MariaDB/MySQL: also count the end_to_end workers' statements "
                              "by kind and table (adds a little overhead)")
@@ -96,7 +98,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     if args.seconds <= 0 or args.messages < 1 or args.latency_seconds <= 0 \
             or args.idle_seconds <= 0 or args.scale_messages < 1 or args.scale_timeout <= 0 \
             or args.tasks < 2 or args.baseline_tasks < 2 or args.notify_seconds <= 0 \
-            or args.recovery_rate <= 0 or args.recovery_seconds <= 0:
+            or args.recovery_rate <= 0 or args.recovery_seconds <= 0 \
+            or args.restart_down <= 0:
         parser.error("durations and message counts must be positive")
     try:
         args.fleet_sizes = tuple(int(n) for n in args.fleet_sizes.split(","))
@@ -133,6 +136,7 @@ def main(argv: list[str] | None = None) -> int:
         latency,
         limits,
         recovery,
+        restart,
         scaling,
         schedules,
         suite,
@@ -144,7 +148,7 @@ def main(argv: list[str] | None = None) -> int:
     benchmarks = {**suite.BENCHMARKS, **scaling.BENCHMARKS, **admin_pages.BENCHMARKS,
                   **tasks.BENCHMARKS, **waiting.BENCHMARKS, **schedules.BENCHMARKS,
                   **limits.BENCHMARKS, **latency.BENCHMARKS, **wakeup.BENCHMARKS,
-                  **recovery.BENCHMARKS}
+                  **recovery.BENCHMARKS, **restart.BENCHMARKS}
 
     call_command("migrate", verbosity=0, interactive=False)
     meta = describe(db, args)
@@ -161,7 +165,7 @@ def main(argv: list[str] | None = None) -> int:
         baseline_task_count=args.baseline_tasks, waiting_messages=args.waiting,
         schedule_count=args.schedules, schedule_seconds=args.schedule_seconds,
         notify_seconds=args.notify_seconds, recovery_rate=args.recovery_rate,
-        recovery_seconds=args.recovery_seconds,
+        recovery_seconds=args.recovery_seconds, restart_down=args.restart_down,
     )
     results: list[suite.Result] = []
     failures: list[str] = []

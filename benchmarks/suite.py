@@ -107,6 +107,7 @@ class Context:
     notify_seconds: float = 120.0  # notify_volume: how long 8 threads publish
     recovery_rate: float = 200.0  # recovery: messages published per second
     recovery_seconds: float = 60.0  # recovery: from the kill to the restart
+    restart_down: float = 30.0  # restart: seconds the database server stays stopped
     workers: list[subprocess.Popen[bytes]] = field(default_factory=list)
     log: Callable[[str], None] = print
 

@@ -33,6 +33,7 @@ class Server:
         self.cwd = "/"
         self.environ: dict[str, str] = {}
         self.cluster: tuple[str, str] = ("", "")  # PostgreSQL: (version, name)
+        self.data_directory = ""  # PostgreSQL outside pg_ctlcluster: run with pg_ctl
         self.unavailable = self._inspect()
 
     # ------------------------------------------------------------------ what it is
@@ -66,9 +67,9 @@ class Server:
         return ""
 
     def _inspect_postgresql(self) -> str:
-        if not shutil.which("pg_lsclusters") or not shutil.which("pg_ctlcluster"):
-            return "no pg_lsclusters/pg_ctlcluster here"
         data = os.path.realpath(_query("SHOW data_directory"))
+        if not shutil.which("pg_lsclusters") or not shutil.which("pg_ctlcluster"):
+            return "" if self._plain_postgresql(data) else "no pg_lsclusters/pg_ctlcluster here"
         listed = subprocess.run(["pg_lsclusters", "--no-header"], capture_output=True,
                                 text=True, timeout=30).stdout
         for line in listed.splitlines():
@@ -76,11 +77,23 @@ class Server:
             if len(fields) >= 6 and os.path.realpath(fields[5]) == data:
                 self.cluster = (fields[0], fields[1])
                 return ""
+        if self._plain_postgresql(data):
+            return ""
         return f"the server's data directory {data} is no pg_ctlcluster cluster"
+
+    def _plain_postgresql(self, data: str) -> bool:
+        """Whether the server is one started with pg_ctl (as clusters/pg.py does), which is
+        then restarted the same way, as the data directory's owner."""
+        if not Path(data, "postmaster.pid").exists():
+            return False
+        self.data_directory = data
+        return True
 
     def describe(self) -> str:
         if self.vendor == "mysql":
             return f"the server of pid {self.pid}: {' '.join(self.command)}"
+        if self.data_directory:
+            return f"the PostgreSQL server of {self.data_directory}"
         return f"the PostgreSQL cluster {'/'.join(self.cluster)}"
 
     def state(self) -> dict[str, Any]:
@@ -115,6 +128,9 @@ class Server:
                 time.sleep(0.1)
         else:
             connection.close()
+            if self.data_directory:
+                self._pg_ctl("stop", "-m", "fast", "-w")
+                return
             subprocess.run(["pg_ctlcluster", "--skip-systemctl-redirect", *self.cluster, "stop",
                             "-m", "fast"], check=True, capture_output=True, timeout=60)
 
@@ -127,9 +143,20 @@ class Server:
             subprocess.Popen(self.command, cwd=self.cwd, env=self.environ,
                              stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                              stderr=subprocess.DEVNULL, start_new_session=True)
+        elif self.data_directory:
+            self._pg_ctl("start", "-w", "-l", str(Path(self.data_directory) / "restarted.log"))
         else:
             subprocess.run(["pg_ctlcluster", "--skip-systemctl-redirect", *self.cluster, "start"],
                            check=True, capture_output=True, timeout=60)
+
+    def _pg_ctl(self, *args: str) -> None:
+        from clusters.common import as_user
+        from clusters.pg import pg_bin
+
+        owner = Path(self.data_directory).owner()
+        subprocess.run(as_user(owner, [str(pg_bin() / "pg_ctl"), "-D", self.data_directory,
+                                       *args]),
+                       check=True, capture_output=True, timeout=60, cwd="/")
 
     def wait_until_up(self, timeout: float = 60.0) -> None:
         deadline = time.monotonic() + timeout
