@@ -18,6 +18,7 @@ from typing import Any
 from django.db import transaction
 
 from .conf import get_settings, queue_database
+from .db.liveness import judged_by_locks
 from .exceptions import SQLQueueError
 from .models import (
     ConsumerOffset,
@@ -27,6 +28,7 @@ from .models import (
     SubscriberHeartbeat,
 )
 from .models.fields import GROUP_LENGTH, TOPIC_LENGTH
+from .models.heartbeats import lock_held_expression
 
 _NAME_RE = re.compile(r"[A-Za-z0-9._-]+")  # what @subscriber and publish() accept
 
@@ -80,9 +82,11 @@ def forget_group(group: str, topic: str | None = None, *, using: str | None = No
     if now_ms is None:
         now_ms = LogSequencer.objects.head(using)[2]  # the database clock
     alive_after = now_ms - int(get_settings().lease_duration * 1000)
-    live = sorted(SubscriberHeartbeat.objects.using(using).filter(
-        consumer_group=group, topic__in=topics, deregistered_at=0,
-        heartbeat_at__gt=alive_after).values_list("subscriber_name", flat=True))
+    running = SubscriberHeartbeat.objects.using(using).filter(
+        consumer_group=group, topic__in=topics, deregistered_at=0, heartbeat_at__gt=alive_after)
+    if judged_by_locks(using):  # a killed worker's session is gone: it runs nothing
+        running = running.filter(lock_held_expression(using))
+    live = sorted(running.values_list("subscriber_name", flat=True))
     if live:
         raise GroupInUse(
             f"consumer group {group!r} has {len(live)} running worker(s) "

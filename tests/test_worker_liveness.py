@@ -15,6 +15,7 @@ import time
 
 import pytest
 from django.db import connection
+from django.urls import reverse
 
 import django_sqlqueue as sqlqueue
 from django_sqlqueue.models import PartitionLease
@@ -120,3 +121,31 @@ def test_on_sqlite_a_killed_workers_partitions_wait_for_its_lease(workers):
     took = time.monotonic() - killed
 
     assert took >= SHORT_LEASE["LEASE_DURATION"] - SHORT_LEASE["RENEW_INTERVAL"] - 0.3
+
+
+@needs_sessions
+def test_a_killed_worker_leaves_the_overview_and_frees_its_group_at_once(workers, settings,
+                                                                          admin_client):
+    """Its heartbeat is fresh for a whole lease more, but its session closed with it: the
+    overview, the subscribers page and ``forget`` all know it is gone."""
+    from django_sqlqueue import operations
+    from django_sqlqueue.models import SubscriberHeartbeat
+
+    settings.SQLQUEUE = {**settings.SQLQUEUE, "LEASE_DURATION": 30.0}
+    worker = workers.start("seen", "--topic", TOPIC, settings=LONG_LEASE)
+    wait_until(lambda: SubscriberHeartbeat.objects.filter(subscriber_name="seen")
+               .exclude(liveness_token="").exists(),
+               what="its heartbeat carrying its liveness token", watch=[worker])
+
+    def live() -> int | None:
+        return {r.group: r.workers for r in operations.overview(topic=TOPIC)}.get(GROUP)
+
+    assert live() == 1
+    worker.kill()
+    killed = time.monotonic()
+    wait_until(lambda: live() == 0, timeout=TAKEOVER, what="the overview counting it gone")
+    assert time.monotonic() - killed < 30.0  # long before its heartbeat ages
+    page = admin_client.get(reverse("admin:django_sqlqueue_subscriber_changelist"))
+    assert '<span class="sqlqueue-bad">gone</span>' in page.content.decode()
+    forgotten = operations.forget(GROUP, topic=TOPIC)  # refused while a worker runs
+    assert forgotten.heartbeats >= 1

@@ -17,6 +17,7 @@ from django.template.response import TemplateResponse
 
 from .. import operations
 from ..conf import get_settings, queue_database
+from ..db.liveness import judged_by_locks
 from ..groups import GroupInUse, UnknownGroup
 from ..models import (
     ConsumerOffset,
@@ -27,6 +28,7 @@ from ..models import (
     Subscriber,
     SubscriberHeartbeat,
 )
+from ..models.heartbeats import lock_held_expression
 from .actions import record
 from .bounded import QueueModelAdmin
 from .display import age, when
@@ -202,6 +204,10 @@ class SubscriberAdmin(PageAdmin):
             beats = beats.filter(consumer_group=group)
         if topic:
             beats = beats.filter(topic=topic)
+        if judged_by_locks(using):
+            # A killed worker's session is gone with it: "gone" at once, not "live" until
+            # its heartbeat ages.
+            beats = beats.annotate(lock_held=lock_held_expression(using))
         paginator = CappedPaginator(beats, ROWS_PER_PAGE)
         page = paginator.get_page(request.GET.get("p"))
         alive_after = now_ms - int(get_settings().lease_duration * 1000)
@@ -209,6 +215,8 @@ class SubscriberAdmin(PageAdmin):
         for beat in page.object_list:
             if beat.deregistered_at:
                 state = "stopped"
+            elif not getattr(beat, "lock_held", True):
+                state = "gone"
             elif beat.heartbeat_at > alive_after:
                 state = "live"
             else:

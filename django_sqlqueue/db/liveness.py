@@ -20,7 +20,7 @@ from django.conf import settings
 from django.db import connections
 from django.db.backends.base.base import BaseDatabaseWrapper
 
-from ..conf import get_settings
+from ..conf import get_settings, queue_aliases
 from . import pooling
 from .vendor import Vendored
 
@@ -65,6 +65,14 @@ def fallback_reason(using: str) -> str | None:
     if "postgresql" not in engine and "mysql" not in engine:
         return f"the {engine or 'unknown'} backend has no session locks"
     return None
+
+
+def judged_by_locks(using: str) -> bool:
+    """Whether a reader on ``using`` counts a worker live only while its liveness lock is
+    held, so a killed worker drops out at once rather than once its heartbeat ages: where
+    workers hold locks, and read on the queue's own server (a replica cannot see the
+    primary's locks)."""
+    return using in queue_aliases() and fallback_reason(using) is None
 
 
 # --------------------------------------------------------------------------- the holder's side

@@ -11,6 +11,15 @@ from ..store.connection import django_connection
 from .fields import GROUP_LENGTH, SUBSCRIBER_NAME_LENGTH, TOPIC_LENGTH
 
 
+def lock_held_expression(using: str) -> RawSQL:
+    """True for a heartbeat whose worker still holds its liveness lock (or advertised
+    none): false once the worker's session is gone (PostgreSQL, MariaDB/MySQL)."""
+    connection = connections[using]
+    return RawSQL(  # noqa: S611 - constant SQL and a quoted column
+        alive_sql(connection, connection.ops.quote_name("liveness_token")), [],
+        output_field=models.BooleanField())
+
+
 class SubscriberHeartbeatManager(models.Manager["SubscriberHeartbeat"]):
     """``queue_subscriber_heartbeats`` for Django code: beat and deregister (the SQL of
     :mod:`django_sqlqueue.store.heartbeats`), count the living, prune."""
@@ -45,10 +54,7 @@ class SubscriberHeartbeatManager(models.Manager["SubscriberHeartbeat"]):
               judge_liveness: bool) -> models.QuerySet[SubscriberHeartbeat]:
         rows = self.using(using).filter(deregistered_at=0, heartbeat_at__gt=alive_after_ms)
         if judge_liveness:
-            connection = connections[using]
-            rows = rows.filter(RawSQL(  # noqa: S611 - constant SQL and a quoted column
-                alive_sql(connection, connection.ops.quote_name("liveness_token")), [],
-                output_field=models.BooleanField()))
+            rows = rows.filter(lock_held_expression(using))
         return rows
 
     def deregister(self, name: str, now_ms: int, using: str) -> int:

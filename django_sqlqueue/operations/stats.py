@@ -16,6 +16,7 @@ from django.db import connections
 
 from ..conf import get_settings, queue_database
 from ..db import vendor
+from ..db.liveness import judged_by_locks
 from ..models import (
     ConsumerOffset,
     DeliveryState,
@@ -92,7 +93,8 @@ def _overview(topic: str | None, group: str | None, using: str,
         return []
     pairs = sorted(marks)
     workers = SubscriberHeartbeat.objects.active_counts(
-        topics, now_ms - int(conf.lease_duration * 1000), using)
+        topics, now_ms - int(conf.lease_duration * 1000), using,
+        judge_liveness=judged_by_locks(using))
     controls = GroupControl.objects.states(topics, using)
     first_minute = now_ms - now_ms % MINUTE_MS - (minutes - 1) * MINUTE_MS
     throughput = Throughput.objects.per_minute(first_minute, using, topics)
