@@ -6,7 +6,10 @@
     python benchmarks/run.py --json benchmarks/results/latest.json
     python benchmarks/run.py --only tasks          # the Tasks backend vs django-tasks-db
     python benchmarks/run.py --only recovery       # a worker killed and restarted
+    python benchmarks/run.py --only restart        # the database server stopped for 30 s
 
+``restart`` stops and starts the very server ``DATABASE_URL`` names (when it runs on this
+machine), as the chaos run does: run it against a server nobody else is using.
 The benchmarks use their own database (``sqlqueue_bench``, created when missing; for
 SQLite a ``sqlqueue_bench.sqlite3`` next to the configured file), migrate it, and empty
 the queue tables before each measurement. See docs/benchmarks.md for what each figure
