@@ -202,6 +202,34 @@ def publish_many(
     return _observed(returned)
 
 
+def publish_new_many(
+    topic: str, messages: Sequence[tuple[Any, str]], *, delay: float | None = None,
+    using: str | None = None,
+) -> list[StoredMessage]:
+    """publish_new() of many keyless messages, each ``(payload, id)`` under an id the
+    caller just made up, in one multi-row INSERT per batch; all or nothing. The Tasks
+    backend's ``enqueue_many()`` uses it."""
+    validate_topic(topic)
+    conf = get_settings()
+    rows: list[NewRow] = []
+    for index, (payload, ident) in enumerate(messages):
+        try:
+            row = build_row(topic, payload, "", ident, None, delay, conf.max_payload_bytes)
+        except InvalidMessage as exc:
+            raise InvalidMessage(f"messages[{index}]: {exc}") from exc
+        rows.append(row._replace(id_given=False))
+    if not rows:
+        return []
+    alias = using or queue_database(topic)
+    stored: dict[tuple[str, str, str], MessageRow] = {}
+    with transaction.atomic(using=alias):
+        for batch in _batches(rows, conf.publish_batch_size, PUBLISH_BATCH_BYTES):
+            stored.update(QueueMessage.objects.insert_rows(batch, using=alias))
+        notify.announce([topic], alias)
+    return _observed([StoredMessage.from_row(stored[(r.topic, r.key, r.id)], True)
+                      for r in rows])
+
+
 def observe(observer: Observer) -> Callable[[], None]:
     """Call ``observer`` with the messages each publish(), publish_many() and task
     enqueue returns from now on, in every thread, as soon as they are written (committed

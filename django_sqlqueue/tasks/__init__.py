@@ -12,10 +12,11 @@ See docs/tasks.md. On Django 5.2 this needs the ``django-tasks`` backport packag
 
 from ..exceptions import Cancelled
 from .backend import InvalidTaskArguments, QueueBackend, QueueTask
+from .bulk import enqueue_many
 from .cancelling import TaskCancellation
 from .known import UnknownTask
 from .options import task_options
 from .payload import InvalidTaskPayload
 
 __all__ = ["Cancelled", "InvalidTaskArguments", "InvalidTaskPayload", "QueueBackend",
-           "QueueTask", "TaskCancellation", "UnknownTask", "task_options"]
+           "QueueTask", "TaskCancellation", "UnknownTask", "enqueue_many", "task_options"]

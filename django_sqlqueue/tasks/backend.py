@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import re
 import uuid
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -25,7 +26,7 @@ from ..exceptions import InvalidMessage
 from ..models import QueueMessage, TaskResultRecord
 from ..models.fields import MAX_TOPIC_LENGTH
 from ..models.task_results import QUEUE_NAME_LENGTH, TASK_PATH_LENGTH
-from ..publishing import publish, publish_new
+from ..publishing import publish, publish_new, publish_new_many
 from ..rows import decode_json, epoch_ms_to_datetime
 from .cancelling import TaskCancellation, cancel_task
 from .compat import (
@@ -114,7 +115,61 @@ class QueueBackend(BaseTaskBackend):
         no-op (the scheduler's "schedule:<name>:<tick>", so a tick runs its task once)."""
         return self._enqueue(task, args, kwargs, result_id, fresh=False)
 
+    def enqueue_many(self, task: Any, calls: Iterable[tuple[Sequence[Any], Mapping[str, Any]]],
+                     ) -> list[Any]:
+        """Enqueue ``task`` once per ``(args, kwargs)`` of ``calls``, in one multi-row
+        INSERT per batch (``PUBLISH_BATCH_SIZE`` rows) rather than one per task; all or
+        nothing. Inside ``transaction.atomic`` the tasks exist only if the block commits,
+        as with ``enqueue()``. Every call is checked before anything is written: a bad one
+        raises ``InvalidTaskArguments`` naming its index. Returns the TaskResults in the
+        order of ``calls``. ``django_sqlqueue.tasks.enqueue_many(task, calls)`` finds the
+        task's backend for you."""
+        if isinstance(calls, (str, bytes, Mapping)) or not isinstance(calls, Iterable):
+            raise TypeError("calls must be a list of (args, kwargs) pairs, got "
+                            f"{type(calls).__name__}")
+        topic, alias, delay = self._destination(task)
+        prepared = []
+        for index, call in enumerate(calls):
+            if not (isinstance(call, (tuple, list)) and len(call) == 2):
+                raise InvalidTaskArguments(
+                    f"{task.module_path}: calls[{index}] must be an (args, kwargs) pair, got "
+                    f"{type(call).__name__}")
+            try:
+                prepared.append(self._message(task, call[0], call[1], uuid.uuid4().hex))
+            except InvalidTaskArguments as exc:
+                raise InvalidTaskArguments(f"calls[{index}]: {exc}") from exc
+        if not prepared:
+            return []
+        try:
+            stored = publish_new_many(topic, [(payload, payload["id"])
+                                              for payload, _, _ in prepared],
+                                      delay=delay, using=alias)
+        except InvalidMessage as exc:
+            raise InvalidTaskArguments(f"{task.module_path}: {exc}") from exc
+        results = [_ready_result(task, payload["id"], args, kwargs, row.published_at, self.alias)
+                   for (payload, args, kwargs), row in zip(prepared, stored, strict=True)]
+        transaction.on_commit(lambda: [task_enqueued.send(type(self), task_result=result)
+                                       for result in results], using=alias)
+        return results
+
     def _enqueue(self, task: Any, args: Any, kwargs: Any, result_id: str, fresh: bool) -> Any:
+        topic, alias, delay = self._destination(task)
+        payload, args, kwargs = self._message(task, args, kwargs, result_id)
+        try:
+            # A new UUID cannot be in the log yet: publish_new skips the duplicate check.
+            stored = (publish_new if fresh else publish)(
+                topic, payload, id=result_id, delay=delay, using=alias)
+        except InvalidMessage as exc:
+            raise InvalidTaskArguments(f"{task.module_path}: {exc}") from exc
+        result = _ready_result(task, result_id, args, kwargs, stored.published_at, self.alias)
+        # Sent once the task exists for the workers: never for a rolled-back enqueue.
+        transaction.on_commit(
+            lambda: task_enqueued.send(type(self), task_result=result), using=alias)
+        return result
+
+    def _destination(self, task: Any) -> tuple[str, str, float]:
+        """Check ``task`` can be run by a worker; its topic, the alias of that topic and
+        the delay its run_after asks for (by the database's clock)."""
         self.validate_task(task)
         if resolve(task.module_path) is None:
             # A worker would dead-letter it (it runs known tasks only): refused here instead.
@@ -129,6 +184,16 @@ class QueueBackend(BaseTaskBackend):
             raise InvalidTask(
                 f"TASKS[{self.alias!r}]['QUEUES'] is empty, so no worker would run queue "
                 f"{task.queue_name!r}: list the queues of this backend (sqlqueue.E056)")
+        topic = topic_for(task.queue_name)
+        alias = queue_database(topic)
+        delay = _delay_until(task.run_after, alias)
+        if delay > MAX_DELAY.total_seconds():  # by the database's clock, this time
+            raise _out_of_range(task.run_after)
+        return topic, alias, delay
+
+    def _message(self, task: Any, args: Any, kwargs: Any,
+                 result_id: str) -> tuple[dict[str, Any], list[Any], dict[str, Any]]:
+        """The task message's payload for one call, with its arguments as stored."""
         try:
             args, kwargs = normalize_json(list(args)), normalize_json(dict(kwargs))
         except (TypeError, ValueError) as exc:
@@ -142,8 +207,6 @@ class QueueBackend(BaseTaskBackend):
             raise InvalidTaskArguments(
                 f"{task.module_path}: cannot format its concurrency_key from these arguments: "
                 f"{type(exc).__name__}: {exc}") from exc
-        topic = topic_for(task.queue_name)
-        alias = queue_database(topic)
         run_after = task.run_after.isoformat() if task.run_after is not None else None
         # The message is the task until a worker starts it: that worker writes its result
         # row, in the transaction that hands the task out (see runner.py).
@@ -152,20 +215,7 @@ class QueueBackend(BaseTaskBackend):
                    "run_after": run_after}
         if limits is not None:
             payload["limits"] = limits  # read by the workers (see tasks/limits.py)
-        delay = _delay_until(task.run_after, alias)
-        if delay > MAX_DELAY.total_seconds():  # by the database's clock, this time
-            raise _out_of_range(task.run_after)
-        try:
-            # A new UUID cannot be in the log yet: publish_new skips the duplicate check.
-            stored = (publish_new if fresh else publish)(
-                topic, payload, id=result_id, delay=delay, using=alias)
-        except InvalidMessage as exc:
-            raise InvalidTaskArguments(f"{task.module_path}: {exc}") from exc
-        result = _ready_result(task, result_id, args, kwargs, stored.published_at, self.alias)
-        # Sent once the task exists for the workers: never for a rolled-back enqueue.
-        transaction.on_commit(
-            lambda: task_enqueued.send(type(self), task_result=result), using=alias)
-        return result
+        return payload, args, kwargs
 
     def get_result(self, result_id: str) -> Any:
         """The result row; for a task no worker has started yet, its message. Raises
