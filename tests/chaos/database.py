@@ -56,6 +56,9 @@ def restart_server(server: Server, down_seconds: float = 2.0) -> float:
 # --------------------------------------------------------------------------- idle lock
 
 
+FIND_ROW_TIMEOUT = 15.0  # seconds the lock fault waits for a sequenced row to lock
+
+
 class LockHolder(threading.Thread):
     """An idle transaction that locks one consumed message row (as a forgotten shell
     session or a stuck request would) and holds it for ``seconds``. Its record says which
@@ -71,6 +74,12 @@ class LockHolder(threading.Thread):
         probed = False
         held_from = held_until = 0.0
         try:
+            # The fault needs a sequenced row to lock: on a loaded machine (a cluster
+            # starting beside a test suite) the workers may not have sequenced one yet.
+            deadline = time.monotonic() + FIND_ROW_TIMEOUT
+            while (not QueueMessage.objects.filter(topic=TOPIC, position__isnull=False).exists()
+                   and time.monotonic() < deadline):
+                time.sleep(0.2)
             with transaction.atomic():
                 target = (QueueMessage.objects.select_for_update()
                           .filter(topic=TOPIC, position__isnull=False)
