@@ -240,7 +240,9 @@ def test_a_worker_refused_by_the_server_exits_at_once_in_one_line():
         "DATABASE_URL": url(port, user="sqlqueue_nobody", password="wrong")})
     unknown, refused = unknown_db.result(), bad_user.result()
     refusing.shutdown()
-    assert time.monotonic() - started < 10  # at once: not CONNECT_WAIT, not for ever
+    # At once: not after the 30 s a command waits for a server that is down, and not for
+    # ever as a worker would. Two interpreter starts take 2-10 s on a loaded machine.
+    assert time.monotonic() - started < 25
     for run, says in ((unknown, "sqlqueue_no_such_db"), (refused, "sqlqueue_nobody")):
         assert run.returncode == 1, run.stderr
         assert run.stderr.count("\n") == 1, run.stderr
