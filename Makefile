@@ -261,14 +261,14 @@ test-backends: export SQLQUEUE_REQUIRE_SPARK := 1
 test-backends: $(VENV)/.stamp-spark | provision
 	$(call run_suite,$(PY),Python $(BASE_VERSION) / Django $(DJANGO_SERIES))
 
-# make test under CI=true from a fresh clone on this machine (2 CPUs), 2026-11-28 at 1b569c2:
-# 737 s. Both virtualenvs 16 s, lint 5 s, migrations check 1 s, the suites at once 628 s (the
-# slowest, Python 3.13 on PostgreSQL, 627 s; the Spark sessions 157 s), the chaos run with its
-# poison publisher about 100 s. The tests fork their workers from a launcher with Django loaded
-# (tests/launcher.py): before it, the same run took 1,049-1,279 s. The suites run at once
-# (tests/matrix.py), the short failover runs among them (about 100 s alone); the chaos run
-# comes last and alone, since it restarts MariaDB. docs/benchmarks.md ("CI") has each
-# suite's figures.
+# make test under CI=true from a fresh clone on this machine (2 CPUs), 2026-11-28 at 9f73441:
+# 847 s. Both virtualenvs 24 s, lint 8 s, migrations check 1 s, the 12 suites at once 723 s
+# (the slowest, a half of Python 3.13 on PostgreSQL, 720 s; the short failover runs 287 s;
+# the machine 89 % busy, so the matrix is bound by CPU, not by waits), the chaos run with its
+# poison publisher about 100 s. The tests fork their workers from a launcher with Django
+# loaded (tests/launcher.py). The suites run at once (tests/matrix.py), each backend's in
+# TEST_SHARDS parts, the short failover runs among them; the chaos run comes last and
+# alone, since it restarts MariaDB. docs/benchmarks.md ("CI") has each suite's figures.
 test: venvs lint check-migrations test-matrix $(if $(filter mysql,$(BACKENDS)),chaos-short)
 
 # The virtualenvs make test needs, built at once: their installs mostly wait on the network.
