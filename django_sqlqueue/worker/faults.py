@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import random
+import threading
 import time
 from collections.abc import Callable
 
@@ -78,7 +79,7 @@ def one_line(exc: BaseException) -> str:
 
 
 def wait_for_database(using: str, *, timeout: float | None = None,
-                      sleep: Callable[[float], object] = time.sleep,
+                      sleep: Callable[[float], object] | None = None,
                       report: Callable[[str], object] | None = None) -> None:
     """Return once the database ``using`` answers a query.
 
@@ -89,6 +90,9 @@ def wait_for_database(using: str, *, timeout: float | None = None,
     about reaching the database are raised at once. With ``timeout`` (seconds), gives up
     after that long with :class:`DatabaseUnreachable`.
     """
+    # An Event's wait, as every other wait of the worker: time.sleep() fails with EINVAL
+    # where the wall clock is shifted by libfaketime (a skewed host in the chaos run).
+    sleep = sleep or threading.Event().wait
     backoff = FaultBackoff(using)
     started = time.monotonic()
     next_report = started
