@@ -30,6 +30,8 @@
 #                      25433 (clusters/pg.py); prints their URLs. cluster-pg-stop stops it
 #   make cluster-galera  three MariaDB Galera nodes behind HAProxy (one writer node) on
 #                      23060-23063 (clusters/galera.py); cluster-galera-stop stops it
+#   make mariadb-second  a second MariaDB server on port 23306 (clusters/mariadb.py), for
+#                      topics on a server of their own; mariadb-second-stop stops it
 #   make provision     install mysqlclient's build packages, start MariaDB and PostgreSQL
 #                      (test and bench do this first; PROVISION=0 skips it)
 #   make clean         remove virtualenvs, test databases and caches
@@ -184,7 +186,7 @@ endef
 # --------------------------------------------------------------------------- targets
 
 .PHONY: help demo admin test venvs test-matrix test-full test-backends test-compat test-wheel lint check-migrations bench bench-spark chaos chaos-short pgbouncer pgbouncer-stop provision clean FORCE
-.PHONY: cluster-pg cluster-pg-stop cluster-galera cluster-galera-stop
+.PHONY: cluster-pg cluster-pg-stop cluster-galera cluster-galera-stop mariadb-second mariadb-second-stop
 .PHONY: chaos-failover chaos-failover-short chaos-galera-spread
 
 help:
@@ -407,6 +409,12 @@ cluster-galera: | provision
 
 cluster-galera-stop:
 	@$(BASE_PYTHON) -m clusters galera --stop
+
+mariadb-second: | provision
+	@$(BASE_PYTHON) -m clusters mariadb
+
+mariadb-second-stop:
+	@$(BASE_PYTHON) -m clusters mariadb --stop
 
 clean:
 	rm -rf $(VENV) $(COMPAT_VENV) .test-data .mypy_cache .ruff_cache .pytest_cache build dist

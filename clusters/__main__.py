@@ -1,10 +1,11 @@
-"""``python -m clusters {pg,galera} [--stop | --status | --fresh | run -- COMMAND ...]``
+"""``python -m clusters {pg,galera,mariadb} [--stop | --status | --fresh | run -- COMMAND ...]``
 
 Without an action: start the cluster (or keep it, when it runs as it should already) and
 print its connection URLs. ``--stop`` stops it, ``--status`` describes it. ``run --
 COMMAND`` starts a fresh cluster, runs COMMAND with the URLs in its environment
 (``CLUSTER_PG_URL``, ``CLUSTER_PG_PRIMARY_URL``, ``CLUSTER_PG_REPLICA_URL``;
-``CLUSTER_GALERA_URL``, ``CLUSTER_GALERA_NODE1_URL`` ... ``NODE3``), stops the cluster
+``CLUSTER_GALERA_URL``, ``CLUSTER_GALERA_NODE1_URL`` ... ``NODE3``; ``CLUSTER_MARIADB_URL``,
+a second MariaDB server for topics placed on a server of their own), stops the cluster
 and exits with COMMAND's status.
 """
 
@@ -17,12 +18,15 @@ import sys
 
 from .common import ClusterError
 from .galera import GaleraCluster
+from .mariadb import MariaDBServer
 from .pg import PgCluster
 
-Cluster = PgCluster | GaleraCluster
+Cluster = PgCluster | GaleraCluster | MariaDBServer
 
 
 def make(kind: str) -> Cluster:
+    if kind == "mariadb":
+        return MariaDBServer()
     return PgCluster() if kind == "pg" else GaleraCluster()
 
 
@@ -35,7 +39,7 @@ def environment(kind: str, cluster: Cluster) -> dict[str, str]:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m clusters", description=__doc__.split("\n\n")[1],
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("kind", choices=("pg", "galera"))
+    parser.add_argument("kind", choices=("pg", "galera", "mariadb"))
     action = parser.add_mutually_exclusive_group()
     action.add_argument("--stop", action="store_true", help="stop the cluster")
     action.add_argument("--status", action="store_true", help="describe the cluster")

@@ -212,6 +212,13 @@ def _topic_errors(topics: Any) -> list[CheckMessage]:
                     hint="A topic's partition count is recorded when it is first used. "
                     + see("consuming", "Changing the partition count"), id="sqlqueue.E014",
                 ))
+            if "DATABASE" in options and options["DATABASE"] not in settings.DATABASES:
+                known = ", ".join(map(repr, settings.DATABASES))
+                errors.append(Error(
+                    f"{where}['DATABASE'] must name an alias of DATABASES ({known}), got "
+                    f"{options['DATABASE']!r}.",
+                    hint=see("operating", "When one server is not enough"), id="sqlqueue.E019",
+                ))
     return errors
 
 
@@ -247,6 +254,37 @@ def check_queue_database(
             id="sqlqueue.E016",
         )]
     return []
+
+
+@register("sqlqueue")
+def check_topic_databases(
+    app_configs: Sequence[AppConfig] | None = None, **kwargs: Any,
+) -> list[CheckMessage]:
+    """Every alias a topic is placed on (``SQLQUEUE["TOPICS"][name]["DATABASE"]``) gets the
+    queue's tables from ``migrate`` (``E019``): the routers must allow the app there."""
+    topics = raw_settings()["TOPICS"]
+    if not isinstance(topics, dict):
+        return []  # E015
+    from django.apps import apps
+    from django.db import router
+
+    model = apps.get_model("django_sqlqueue", "QueueMessage")
+    errors: list[CheckMessage] = []
+    for topic, options in topics.items():
+        alias = options.get("DATABASE") if isinstance(options, dict) else None
+        if not isinstance(alias, str) or alias not in settings.DATABASES:
+            continue  # none, or reported by check_settings
+        if not router.allow_migrate_model(alias, model):
+            errors.append(Error(
+                f"SQLQUEUE['TOPICS'][{topic!r}] places the topic on {alias!r}, but "
+                "DATABASE_ROUTERS refuse to migrate the django_sqlqueue app there: its "
+                "tables would be missing.",
+                hint="Add 'django_sqlqueue.routers.QueueRouter' to DATABASE_ROUTERS, before "
+                "any router that claims every app. "
+                + see("operating", "When one server is not enough"),
+                id="sqlqueue.E019",
+            ))
+    return errors
 
 
 @register("sqlqueue")

@@ -62,7 +62,10 @@ DEFAULTS: dict[str, Any] = {
     # Partitions of a topic that has no entry in TOPICS, recorded when the topic is first
     # sequenced. A partition is the unit of leasing: at most this many workers share a topic.
     "PARTITIONS": 16,
-    # Per-topic options, e.g. {"orders": {"PARTITIONS": 64}}.
+    # Per-topic options, e.g. {"orders": {"PARTITIONS": 64, "DATABASE": "events"}}.
+    # DATABASE places the topic (its log, groups, offsets, leases, dead letters) on another
+    # alias of DATABASES, migrated like the queue's own; see docs/operating.md, "When one
+    # server is not enough".
     "TOPICS": {},
     # Top-level payload fields the admin's dead-letter search finds by exact value
     # ("customer_id=42") through an index, created by `migrate`. Other fields are searched
@@ -119,7 +122,7 @@ def is_seconds(value: Any, *, zero: bool = False, most: float = MAX_SECONDS) -> 
     if isinstance(value, float) and math.isnan(value):
         return False
     return (value >= 0 if zero else value > 0) and value <= most  # inf is over any ``most``
-TOPIC_OPTIONS = frozenset({"PARTITIONS"})
+TOPIC_OPTIONS = frozenset({"PARTITIONS", "DATABASE"})
 
 
 @dataclass(frozen=True)
@@ -166,15 +169,19 @@ def database_configured() -> bool:
 
 
 def queue_database(topic: str | None = None) -> str:
-    """The database alias holding the queue's tables: ``SQLQUEUE["DATABASE"]`` when set,
-    else the alias ``DATABASE_ROUTERS`` choose for writing the app's models (``"default"``
-    without routers).
+    """The database alias holding ``topic``'s rows: its ``SQLQUEUE["TOPICS"][topic]
+    ["DATABASE"]`` when set (a dead-letter topic lives with the topic it serves), else the
+    queue's alias: ``SQLQUEUE["DATABASE"]`` when set, else the alias ``DATABASE_ROUTERS``
+    choose for writing the app's models (``"default"`` without routers).
 
     Every caller that reads or writes the queue without an explicit alias asks this, so
-    publishing, the worker, the admin and the commands agree. ``topic`` names the topic
-    about to be read or written: every topic lives on this one alias today, and a caller
-    that knows its topic passes it, so a per-topic alias can be answered here later.
+    publishing, the worker, the admin and the commands agree. What belongs to no topic
+    (schedules not aimed at one, the worker's own rows) asks without ``topic``.
     """
+    if topic is not None:
+        placed = topic_database(topic)
+        if placed is not None:
+            return placed
     if database_configured():
         return get_settings().database
     from django.apps import apps
@@ -183,13 +190,34 @@ def queue_database(topic: str | None = None) -> str:
     return str(router.db_for_write(apps.get_model("django_sqlqueue", "QueueMessage")))
 
 
-def queue_aliases() -> set[str]:
-    """Every alias holding queue tables: ``SQLQUEUE["DATABASE"]`` and the ``DATABASE`` of
-    each topic in ``SQLQUEUE["TOPICS"]`` that names one."""
-    aliases = {queue_database()}
-    for options in (raw_settings()["TOPICS"] or {}).values():
+def topic_database(topic: str) -> str | None:
+    """The alias ``SQLQUEUE["TOPICS"]`` places ``topic`` on, or None when it names none.
+
+    A dead-letter topic (``orders_dlq``) follows ``orders`` unless it is placed itself:
+    the worker copies a dead letter in the same transaction that settles the original.
+    """
+    conf = get_settings()
+    topics = conf.topics
+    if not topics:
+        return None
+    suffix = conf.dlq_suffix
+    while True:
+        options = topics.get(topic)
         if isinstance(options, dict) and isinstance(options.get("DATABASE"), str):
-            aliases.add(options["DATABASE"])
+            return str(options["DATABASE"])
+        if not suffix or not topic.endswith(suffix) or len(topic) == len(suffix):
+            return None
+        topic = topic[: -len(suffix)]
+
+
+def queue_aliases() -> list[str]:
+    """Every alias holding queue tables, the queue's own first: ``SQLQUEUE["DATABASE"]``
+    and the ``DATABASE`` of each topic in ``SQLQUEUE["TOPICS"]`` that names one."""
+    aliases = [queue_database()]
+    for options in (raw_settings()["TOPICS"] or {}).values():
+        alias = options.get("DATABASE") if isinstance(options, dict) else None
+        if isinstance(alias, str) and alias not in aliases:
+            aliases.append(alias)
     return aliases
 
 

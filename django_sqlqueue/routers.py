@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .conf import get_settings
+from .conf import get_settings, queue_aliases
 
 APP_LABEL = "django_sqlqueue"
 
@@ -21,7 +21,9 @@ def _is_queue_model(model: Any) -> bool:
 
 
 class QueueRouter:
-    """Routes the app's models to ``SQLQUEUE["DATABASE"]`` (``"default"`` unless set)."""
+    """Routes the app's models to ``SQLQUEUE["DATABASE"]`` (``"default"`` unless set), and
+    migrates them there and on every alias ``SQLQUEUE["TOPICS"]`` places a topic on (the
+    code reaching those names its alias)."""
 
     def db_for_read(self, model: type[Any], **hints: Any) -> str | None:
         # The queue's database, never its read replica (SQLQUEUE["READ_DATABASE"]):
@@ -44,4 +46,5 @@ class QueueRouter:
                       **hints: Any) -> bool | None:
         if app_label != APP_LABEL:
             return None
-        return db == get_settings().database
+        # The queue's alias and every alias SQLQUEUE["TOPICS"] places a topic on.
+        return db in queue_aliases()

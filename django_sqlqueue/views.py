@@ -7,7 +7,7 @@ from typing import Any
 
 from django.http import HttpRequest, HttpResponse
 
-from .conf import get_settings, queue_database
+from .conf import get_settings, queue_aliases
 from .metrics import MISSING, available
 
 _collectors: dict[str, Any] = {}  # database alias -> (registry, DatabaseCollector)
@@ -22,7 +22,6 @@ def metrics(request: HttpRequest, using: str | None = None) -> HttpResponse:
     Without it the view serves anyone who can reach it: it shows group and topic names, so
     protect the URL as you would any internal page.
     """
-    using = using or queue_database()
     refused = _refuse(request)
     if refused is not None:
         return refused
@@ -35,9 +34,10 @@ def metrics(request: HttpRequest, using: str | None = None) -> HttpResponse:
 
 
 def collector(using: str | None = None) -> tuple[Any, Any]:
-    """The registry and the database collector serving ``using`` (one per process)."""
-    using = using or queue_database()
-    found = _collectors.get(using)
+    """The registry and the database collector serving ``using`` (one per process); without
+    it, every queue alias (SQLQUEUE["TOPICS"] may place topics on several)."""
+    cache_key = using or ",".join(queue_aliases())
+    found = _collectors.get(cache_key)
     if found is None:
         from prometheus_client import CollectorRegistry
 
@@ -45,7 +45,7 @@ def collector(using: str | None = None) -> tuple[Any, Any]:
 
         found = (CollectorRegistry(auto_describe=True), DatabaseCollector(using))
         found[0].register(found[1])
-        _collectors[using] = found
+        _collectors[cache_key] = found
     return found
 
 

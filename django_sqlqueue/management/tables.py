@@ -20,16 +20,24 @@ def write_json_lines(write: Write, objects: Sequence[dict[str, Any]]) -> None:
     write("[\n" + ",\n".join(map(json.dumps, objects)) + "\n]" if objects else "[]")
 
 
-def write_overview(write: Write, rows: Iterable[SubscriptionStats]) -> None:
+def write_overview(write: Write, rows: Iterable[SubscriptionStats], *,
+                   databases: bool = False) -> None:
+    """The stats table; with ``databases``, a first column naming each row's alias."""
+    rows = list(rows)
     header = ("TOPIC", "GROUP", "LAG", "IN FLIGHT", "DEAD", "OLDEST", "WORKERS", "PAUSED",
               "LAST MIN", "LAST HOUR")
-    _write_table(write, [header] + [(
+    table: list[tuple[str, ...]] = [header]
+    table += [(
         r.topic, r.group, f"{'~' if r.lag_estimated else ''}{r.lag}", str(r.in_flight),
         f"{r.dead_letters}{'+' if r.dead_letters_capped else ''}",
         "-" if r.oldest_pending_age_seconds is None else f"{r.oldest_pending_age_seconds:.0f}s",
         str(r.workers), "yes" if r.paused else "no", str(r.handled_per_minute[-1]),
         str(sum(r.handled_per_minute)),
-    ) for r in rows])
+    ) for r in rows]
+    if databases:
+        table = [("DATABASE", *table[0])] + [(r.database, *line)
+                                             for r, line in zip(rows, table[1:], strict=True)]
+    _write_table(write, table)
 
 
 def write_limits(write: Write, rows: Iterable[LimitStats]) -> None:

@@ -12,9 +12,10 @@ from __future__ import annotations
 
 import threading
 import time
+from dataclasses import replace
 from typing import Any
 
-from ..conf import get_settings, read_database
+from ..conf import get_settings, queue_aliases, read_database
 from ..operations import LimitStats, SubscriptionStats, limits_overview, overview
 
 # (name, help, SubscriptionStats attribute)
@@ -49,13 +50,20 @@ LIMIT_GAUGES = (
 
 class DatabaseCollector:
     def __init__(self, using: str | None = None) -> None:
-        # Gauges only read, and a scrape every 15 s or so lags anyway: the queue alias's
-        # read replica (SQLQUEUE["READ_DATABASE"]) when it has one.
-        self.using = read_database(using)
+        # Gauges only read, and a scrape every 15 s or so lags anyway: each queue alias's
+        # read replica (SQLQUEUE["READ_DATABASE"]) when it has one. Without ``using``,
+        # every alias SQLQUEUE["TOPICS"] places topics on, each row labelled with it.
+        self.aliases = [using] if using else queue_aliases()
+        self.using = read_database(self.aliases[0])
         self._lock = threading.Lock()  # one overview at a time, shared by concurrent scrapes
         self._rows: list[SubscriptionStats] = []
         self._limits: list[LimitStats] = []
         self._read_at: float | None = None  # time.monotonic() of the cached rows
+
+    @property
+    def labelled(self) -> bool:
+        """Whether the rows come from several aliases and say which (a ``database`` label)."""
+        return len(self.aliases) > 1
 
     def rows(self) -> list[SubscriptionStats]:
         """The overview's rows, read again once they are older than the cache setting."""
@@ -63,8 +71,15 @@ class DatabaseCollector:
         with self._lock:
             now = time.monotonic()
             if self._read_at is None or now - self._read_at >= max_age:
-                self._rows = overview(using=self.using, minutes=1)
-                self._limits = limits_overview(using=self.using)
+                rows: list[SubscriptionStats] = []
+                limits: list[LimitStats] = []
+                for alias in self.aliases:
+                    reading = read_database(alias)
+                    found = overview(using=reading, minutes=1)
+                    rows += ([replace(row, database=alias) for row in found] if self.labelled
+                             else found)
+                    limits += limits_overview(using=reading)
+                self._rows, self._limits = rows, limits
                 self._read_at = time.monotonic()
             return self._rows
 
@@ -82,7 +97,8 @@ class DatabaseCollector:
     def _families(self) -> list[Any]:
         from prometheus_client.core import GaugeMetricFamily
 
-        return [*(GaugeMetricFamily(name, text, labels=["group", "topic"])
+        labels = ["group", "topic", "database"] if self.labelled else ["group", "topic"]
+        return [*(GaugeMetricFamily(name, text, labels=labels)
                   for name, text, _ in GAUGES),
                 *(GaugeMetricFamily(name, text, labels=["scope"])
                   for name, text, _ in LIMIT_GAUGES)]
@@ -95,7 +111,8 @@ class DatabaseCollector:
         for row in self.rows():
             for family, (_, _, attribute) in zip(families, GAUGES, strict=False):
                 value = getattr(row, attribute)
-                family.add_metric([row.group, row.topic], float(value or 0))
+                values = [row.group, row.topic, row.database][:3 if self.labelled else 2]
+                family.add_metric(values, float(value or 0))
         for limit in self.limit_rows():
             for family, (_, _, attribute) in zip(families[len(GAUGES):], LIMIT_GAUGES,
                                                  strict=True):

@@ -60,9 +60,15 @@ class SubscriptionStats:
     failed_per_minute: list[int] = field(default_factory=list)
     lag_estimated: bool = False  # a partition has over LAG_SAMPLE: lag is an estimate
     dead_letters_capped: bool = False  # dead_letters stopped counting at DEAD_LETTER_CAP
+    # The alias holding the topic, where SQLQUEUE["TOPICS"] places topics on several;
+    # empty (and left out of as_json) with one.
+    database: str = ""
 
     def as_json(self) -> dict[str, Any]:
-        return asdict(self)
+        values = asdict(self)
+        if not self.database:
+            del values["database"]
+        return values
 
 
 def overview(*, topic: str | None = None, group: str | None = None, using: str | None = None,

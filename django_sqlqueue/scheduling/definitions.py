@@ -95,6 +95,8 @@ def _first_tick(spec: ScheduleSpec, now_ms: int) -> int:
 
 
 def sync_after_migrate(using: str = DEFAULT_DB_ALIAS, **kwargs: Any) -> None:
-    """``post_migrate`` receiver: :func:`sync_settings` once the table exists."""
-    if holds_queue_table(using, Schedule._meta.db_table):
+    """``post_migrate`` receiver: :func:`sync_settings` once the table exists, on the
+    queue's own alias (schedules live there even when they fire to a topic placed on
+    another alias)."""
+    if using == queue_database() and holds_queue_table(using, Schedule._meta.db_table):
         sync_settings(using)

@@ -9,7 +9,7 @@ no-op, whatever happens around it.
 
 from __future__ import annotations
 
-from ..conf import get_settings
+from ..conf import get_settings, topic_database
 from ..models.schedules import ORIGIN_SETTINGS
 from ..publishing import publish
 from . import cron
@@ -53,5 +53,9 @@ def fire(spec: ScheduleSpec, message_id: str, using: str) -> None:
         backend = task.get_backend()
         backend.enqueue_once(task, definition["args"], definition["kwargs"], message_id)
         return
-    publish(definition["topic"], definition["payload"], key=definition["key"], id=message_id,
-            headers=definition["headers"] or None, using=using)
+    # A topic placed on another alias (SQLQUEUE["TOPICS"]) gets its message there, in a
+    # transaction of its own: a tick undone after it committed fires again under the same
+    # id, which that alias keeps once (as enqueue_once does for tasks).
+    topic = definition["topic"]
+    publish(topic, definition["payload"], key=definition["key"], id=message_id,
+            headers=definition["headers"] or None, using=topic_database(topic) or using)

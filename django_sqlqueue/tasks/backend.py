@@ -45,6 +45,7 @@ from .options import (
     TOPIC_PREFIX,
     BackendOptions,
     limits_of,
+    queues_by_database,
     topic_for,
     valid_attempts,
     valid_backoff,
@@ -224,12 +225,15 @@ class QueueBackend(BaseTaskBackend):
         message no worker can run (written by hand or by another release), which the
         worker dead-letters."""
         result_id = str(result_id)
-        alias = queue_database()
-        row = TaskResultRecord.objects.using(alias).filter(id=result_id).first()
-        if row is not None:
-            return to_task_result(row)
-        message = QueueMessage.objects.waiting_task(
-            [topic_for(q) for q in sorted(self.queues)], result_id, alias)
+        message = None
+        for alias, queues in queues_by_database(self.queues).items():
+            row = TaskResultRecord.objects.using(alias).filter(id=result_id).first()
+            if row is not None:
+                return to_task_result(row)
+            message = QueueMessage.objects.waiting_task([topic_for(q) for q in queues],
+                                                        result_id, alias)
+            if message is not None:
+                break
         if message is None:
             raise TaskResultDoesNotExist(result_id)
         # Checked as the worker checks it: a malformed payload is not a task that will run

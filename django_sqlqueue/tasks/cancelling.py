@@ -13,13 +13,12 @@ from django.db import transaction
 from django.utils import timezone
 
 from ..cancelling import cancel
-from ..conf import queue_database
 from ..exceptions import Cancelled
 from ..models import QueueMessage, TaskResultRecord
 from ..rows import decode_json, epoch_ms_to_datetime
 from ..sequencing import sequence_all
 from .compat import TaskResultDoesNotExist, TaskResultStatus
-from .options import topic_for
+from .options import queues_by_database, topic_for
 from .results import to_task_result
 
 
@@ -33,9 +32,18 @@ class TaskCancellation:
 
 
 def cancel_task(queues: list[str], result_id: str, by: str) -> TaskCancellation:
-    """Cancel the READY task ``result_id`` of one of ``queues``."""
-    alias = queue_database()
-    topics = [topic_for(q) for q in queues]
+    """Cancel the READY task ``result_id`` of one of ``queues``, on the alias that holds it
+    (each queue's topic may live on an alias of its own)."""
+    grouped = queues_by_database(queues)
+    for alias, names in grouped.items():
+        topics = [topic_for(q) for q in names]
+        if len(grouped) == 1 or (TaskResultRecord.objects.using(alias).filter(id=result_id).exists()
+                or QueueMessage.objects.waiting_task(topics, result_id, alias) is not None):
+            return _cancel_on(alias, topics, result_id, by)
+    raise TaskResultDoesNotExist(result_id)
+
+
+def _cancel_on(alias: str, topics: list[str], result_id: str, by: str) -> TaskCancellation:
     waiting = QueueMessage.objects.waiting_task(topics, result_id, alias)
     if waiting is not None and waiting.position is None:
         # Positioned before the transaction below, so that it holds no sequencer lock.

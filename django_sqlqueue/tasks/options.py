@@ -7,11 +7,11 @@ task that fails every attempt lands in ``tasks.Q`` + ``SQLQUEUE["DLQ_SUFFIX"]``.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from ..conf import MAX_SECONDS, get_settings, is_seconds
+from ..conf import MAX_SECONDS, get_settings, is_seconds, queue_database
 from ..consuming.backoff import Backoff, ExponentialBackoff
 from ..exceptions import ConfigurationError
 from ..models.task_results import TASK_GROUP, TASK_TOPIC_PREFIX
@@ -31,6 +31,15 @@ KNOWN_OPTIONS = frozenset({"MAX_ATTEMPTS", "BACKOFF", "VISIBILITY_TIMEOUT", "RES
 
 def topic_for(queue_name: str) -> str:
     return TOPIC_PREFIX + queue_name
+
+
+def queues_by_database(queues: Iterable[str]) -> dict[str, list[str]]:
+    """``queues`` grouped by the alias their topics live on (see conf.queue_database), the
+    queue's own alias first: where a task id is looked up, one alias at a time."""
+    grouped: dict[str, list[str]] = {queue_database(): []}
+    for queue in sorted(queues):
+        grouped.setdefault(queue_database(topic_for(queue)), []).append(queue)
+    return {alias: names for alias, names in grouped.items() if names}
 
 
 @dataclass(frozen=True)

@@ -10,7 +10,7 @@ from ..conf import get_settings
 from ..consuming.registry import Subscription
 from ..exceptions import ConfigurationError
 from .claims import TaskLimits
-from .options import GROUP, MAX_TASK_ATTEMPTS, topic_for
+from .options import GROUP, MAX_TASK_ATTEMPTS, queues_by_database, topic_for
 
 
 def configured_queues() -> dict[str, str]:
@@ -49,10 +49,17 @@ def task_subscriptions(queues: dict[str, str], worker_id: str) -> list[Subscript
     from .compat import task_backends
     from .runner import TaskRunner
 
-    runner = TaskRunner(worker_id, sorted(set(queues.values())), backends=queues)
     conf = get_settings()
+    # A runner per database the queues' topics live on: each worker engine (one per alias,
+    # see worker/engines.py) starts the hooks of its own subscriptions.
+    runners: dict[str, TaskRunner] = {}
+    for names in queues_by_database(queues).values():
+        placed = {queue: queues[queue] for queue in names}
+        runner = TaskRunner(worker_id, sorted(set(placed.values())), backends=placed)
+        runners.update((queue, runner) for queue in names)
     subscriptions = []
     for queue, alias in sorted(queues.items()):
+        runner = runners[queue]
         backend: Any = task_backends[alias]
         subscriptions.append(Subscription(
             topic=topic_for(queue), group=GROUP, handler=runner,

@@ -10,9 +10,9 @@ from datetime import datetime
 
 from django.utils import timezone
 
-from ..conf import queue_database
 from ..consuming.registry import Subscription, autodiscover, subscriptions
 from ..models.fields import SUBSCRIBER_NAME_LENGTH
+from ..worker.engines import by_database
 from .inline import InlineWorker, TestClock
 from .summary import DrainResult
 
@@ -46,13 +46,29 @@ def drain(
         raise ValueError(f"drain(): now must be a datetime, got {type(now).__name__}")
     worker_name = _worker_name()
     selected = _select(_names("topic", topic), _names("group", group), worker_name)
-    clock = TestClock()
-    worker = InlineWorker(
-        selected, name=worker_name, using=using or queue_database(),
-        clock=clock, advance_delays=advance_delays, max_messages=max_messages,
-        max_cycles=max_cycles,
-    )
-    return worker.run(None if now is None else _epoch_ms(now))
+    start_ms = None if now is None else _epoch_ms(now)
+    placed = {using: selected} if using else by_database(selected)
+    if len(placed) == 1:
+        [(alias, subscriptions)] = placed.items()
+        return InlineWorker(
+            subscriptions, name=worker_name, using=alias, clock=TestClock(),
+            advance_delays=advance_delays, max_messages=max_messages, max_cycles=max_cycles,
+        ).run(start_ms)
+    # Topics on several aliases (SQLQUEUE["TOPICS"]): each alias in turn, again while a
+    # pass handled something (a handler may publish to a topic on another alias).
+    total = DrainResult()
+    while True:
+        before = total.delivered
+        for alias, subscriptions in placed.items():
+            part = InlineWorker(
+                subscriptions, name=worker_name, using=alias, clock=TestClock(),
+                advance_delays=advance_delays,
+                max_messages=max(1, max_messages - total.delivered),
+                max_cycles=max(1, max_cycles - total.cycles),
+            ).run(start_ms)
+            total.merge(part)
+        if total.delivered == before:
+            return total
 
 
 def _names(what: str, value: str | Iterable[str] | None) -> set[str]:

@@ -62,6 +62,20 @@ class DrainResult:
     def counts(self, name: str) -> TopicCounts:
         return self.by_topic.setdefault(name, TopicCounts())
 
+    def merge(self, other: DrainResult) -> None:
+        """Add ``other``'s counts (a drain of topics on another alias) to these."""
+        for name, counts in other.by_topic.items():
+            mine = self.counts(name)
+            mine.delivered += counts.delivered
+            mine.handled += counts.handled
+            mine.retried += counts.retried
+            mine.dead_lettered += counts.dead_lettered
+        self.failures += other.failures
+        self.cycles += other.cycles
+        if other.next_due is not None and (self.next_due is None
+                                           or other.next_due < self.next_due):
+            self.next_due = other.next_due
+
     def __str__(self) -> str:
         waiting = "" if self.next_due is None else f", next due {self.next_due.isoformat()}"
         return (f"drained {self.delivered} delivery(ies): {self.handled} handled, "

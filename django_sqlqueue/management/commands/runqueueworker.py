@@ -12,7 +12,7 @@ from typing import Any, NoReturn
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db import connections
 
-from django_sqlqueue.conf import queue_database
+from django_sqlqueue.conf import get_settings, queue_database
 from django_sqlqueue.consuming.registry import Subscription, autodiscover, subscriptions
 from django_sqlqueue.exceptions import ConfigurationError
 from django_sqlqueue.management.connecting import wait_for
@@ -20,6 +20,7 @@ from django_sqlqueue.metrics import MISSING as METRICS_MISSING
 from django_sqlqueue.metrics import available as metrics_available
 from django_sqlqueue.metrics.worker import WorkerMetrics
 from django_sqlqueue.models.fields import SUBSCRIBER_NAME_LENGTH
+from django_sqlqueue.worker.engines import by_database, run_engines
 from django_sqlqueue.worker.process import EXIT_HANDLERS_ABANDONED, Worker, default_worker_name
 
 USAGE_ERROR = 2  # exit status for bad options, as argparse uses
@@ -70,9 +71,10 @@ class Command(BaseCommand):
                             help="Do not fire recurring schedules here (by default every "
                                  "worker may fire them; each tick still fires once).")
         parser.add_argument("--database", default=None,
-                            help="Database alias holding the queue tables (default: "
-                                 "SQLQUEUE['DATABASE'], or where DATABASE_ROUTERS send the "
-                                 "app: normally 'default').")
+                            help="Database alias holding the queue tables of every selected "
+                                 "topic (default: each topic's own: SQLQUEUE['TOPICS'][topic]"
+                                 "['DATABASE'], else SQLQUEUE['DATABASE'], or where "
+                                 "DATABASE_ROUTERS send the app: normally 'default').")
         parser.add_argument("--metrics-port", default=None, metavar="PORT",
                             help="Serve Prometheus metrics of this worker on PORT (needs the "
                                  "'metrics' extra).")
@@ -90,24 +92,33 @@ class Command(BaseCommand):
         return super().execute(*args, **options)
 
     def handle(self, *args: Any, **options: Any) -> None:
-        options["database"] = options["database"] or queue_database()
+        explicit = options["database"]
+        options["database"] = explicit or queue_database()
         concurrency = _check_options(options)
         name = options["name"] or default_worker_name()
         selected = _select(options, name)
         _configure_logging(int(options["verbosity"]))
         metrics = _start_metrics(options["metrics_port"], options["metrics_address"])
-        worker = Worker(
-            selected, name=name, concurrency=concurrency,
-            burst=options["burst"], using=options["database"], metrics=metrics,
-            schedules=not options["no_schedules"],
-        )
+        # One engine per alias the selected topics live on (SQLQUEUE["TOPICS"] may place
+        # them apart); --database puts every one on that alias instead.
+        placed = {explicit: selected} if explicit else by_database(selected)
+        schedules = not options["no_schedules"]
+        workers = [
+            Worker(subscriptions, name=name, concurrency=concurrency,
+                   burst=options["burst"], using=alias, metrics=metrics,
+                   # One scheduler per process, on the queue's own alias.
+                   schedules=schedules and index == 0, schedule_database=options["database"])
+            for index, (alias, subscriptions) in enumerate(placed.items())
+        ]
         if metrics is not None:
-            metrics.watch_leases(lambda: list(worker.partitions.values()))
+            metrics.watch_leases(
+                lambda: [p for worker in workers for p in worker.partitions.values()])
         try:
-            code = worker.run()
+            worker = run_engines(workers, get_settings().shutdown_grace)
         finally:
             if metrics is not None:
                 metrics.stop()
+        code = worker.exit_code
         if code == EXIT_HANDLERS_ABANDONED:
             # The hung handlers' threads would keep the interpreter alive at exit: end the
             # process now, as the operator who sent SIGTERM expects.

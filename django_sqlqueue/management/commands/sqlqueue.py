@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import sys
 from argparse import ArgumentParser
+from dataclasses import replace
 from typing import Any, NoReturn
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser, OutputWrapper
@@ -109,10 +110,35 @@ class Command(BaseCommand):
         return super().execute(*args, **options)
 
     def handle(self, *args: Any, **options: Any) -> None:
-        options["database"] = aliases.command_database(options)
-        if options["database"] not in connections:
-            raise CommandError(f"unknown database alias {options['database']!r}",
-                               returncode=USAGE_ERROR)
+        targets = aliases.command_databases(options)
+        for _, alias in targets:
+            if alias not in connections:
+                raise CommandError(f"unknown database alias {alias!r}", returncode=USAGE_ERROR)
+        if len(targets) == 1:
+            options["database"] = targets[0][1]
+            self._handle_on(options)
+            return
+        # Topics on several aliases (SQLQUEUE["TOPICS"]): stats and health merge them, each
+        # row labelled; the others run once per alias under its name.
+        merged = getattr(self, f"handle_{options['subcommand'].replace('-', '_')}_on_many",
+                         None)
+        if merged is not None:
+            merged(options, targets)
+            return
+        failures: list[CommandError] = []
+        for label, alias in targets:
+            self.stdout.write(f"database {label}:")
+            try:
+                self._handle_on({**options, "database": alias})
+            except CommandError as exc:
+                self.stderr.write(f"database {label}: {exc}")
+                failures.append(exc)
+        if len(failures) == len(targets) or any(f.returncode != USAGE_ERROR for f in failures):
+            # Every alias refused (an unknown name everywhere), or one failed outright.
+            raise failures[0]
+
+    def _handle_on(self, options: dict[str, Any]) -> None:
+        """Run the subcommand in ``options`` on its one alias, ``options["database"]``."""
         using = options["database"]
         try:
             check_migrated(using)
@@ -161,6 +187,37 @@ class Command(BaseCommand):
         for topic in unclaimed:
             self.stdout.write(topic.line)
 
+    def handle_stats_on_many(self, options: dict[str, Any],
+                             targets: list[tuple[str, str]]) -> None:
+        indent = json_indent(options["indent"], options["json"])
+        rows: list[ops.SubscriptionStats] = []
+        unclaimed: list[str] = []
+        for label, alias in targets:
+            self._handle_on({**options, "database": alias, "subcommand": "stats_rows"})
+            rows += [replace(row, database=label) for row in self._rows]
+            unclaimed += [f"database {label}: {topic.line}" for topic in self._unclaimed]
+        if options["json"]:
+            objects = [r.as_json() for r in rows]
+            if indent is not None:
+                self.stdout.write(json.dumps(objects, indent=indent))
+            else:
+                tables.write_json_lines(self.stdout.write, objects)
+            return
+        tables.write_overview(self.stdout.write, rows, databases=True)
+        if not rows and not unclaimed:
+            self.stdout.write("no consumer group is registered")
+        for line in unclaimed:
+            self.stdout.write(line)
+
+    def handle_stats_rows(self, options: dict[str, Any]) -> None:
+        """One alias's part of stats over several (kept on self for the caller)."""
+        self._known_names({"group": None, "topic": options["topic"]}, options["database"])
+        self._rows = ops.overview(topic=options["topic"], group=options["group"],
+                                  using=options["database"])
+        self._unclaimed = ([] if options["group"] is not None else
+                           ops.unclaimed_topics(topic=options["topic"],
+                                                using=options["database"]))
+
     # ----------------------------------------------------------------- limits
 
     def add_limits_arguments(self, parser: ArgumentParser) -> None:
@@ -188,6 +245,37 @@ class Command(BaseCommand):
                                  "or a @subscriber's topic has never had a message (a typo).")
 
     def handle_health(self, options: dict[str, Any]) -> None:
+        healthy, line = self._health(options)
+        if not healthy:
+            raise CommandError(line, returncode=UNHEALTHY)
+        self.stdout.write(line)
+
+    def handle_health_on_many(self, options: dict[str, Any],
+                              targets: list[tuple[str, str]]) -> None:
+        """Healthy when every alias is; one line naming each alias's verdict."""
+        parts, healthy = [], True
+        for label, alias in targets:
+            try:
+                self._handle_on({**options, "database": alias, "subcommand": "health_part"})
+            except CommandError as exc:
+                if options["group"] is not None and "is not registered" in str(exc):
+                    continue  # the group consumes topics on other aliases only
+                self._verdict = (False, str(exc))
+            healthy = healthy and self._verdict[0]
+            parts.append(f"database {label}: {self._verdict[1]}")
+        if not parts:
+            raise CommandError(f"consumer group {options['group']!r} is not registered for "
+                               "any topic", returncode=USAGE_ERROR)
+        if not healthy:
+            raise CommandError("; ".join(parts), returncode=UNHEALTHY)
+        self.stdout.write("; ".join(parts))
+
+    def handle_health_part(self, options: dict[str, Any]) -> None:
+        """One alias's part of health over several (kept on self for the caller)."""
+        self._verdict = self._health(options)
+
+    def _health(self, options: dict[str, Any]) -> tuple[bool, str]:
+        """Whether the alias ``options["database"]`` is healthy, and the line saying so."""
         max_age = None
         if options["max_age"] is not None:
             max_age = positive_seconds("--max-age", options["max_age"])
@@ -200,10 +288,10 @@ class Command(BaseCommand):
                       "published topic?)" for topic in ops.silent_topics(_subscribed_topics(),
                                                                          using)]
         if not report.ok:
-            raise CommandError("; ".join([report.line, *notes]), returncode=UNHEALTHY)
+            return False, "; ".join([report.line, *notes])
         if notes and options["strict"]:
-            raise CommandError("unhealthy: " + "; ".join(notes), returncode=UNHEALTHY)
-        self.stdout.write("; ".join([report.line, *notes]))
+            return False, "unhealthy: " + "; ".join(notes)
+        return True, "; ".join([report.line, *notes])
 
     # ----------------------------------------------------------------- dead letters
 
