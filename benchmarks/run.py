@@ -7,6 +7,7 @@
     python benchmarks/run.py --only tasks          # the Tasks backend vs django-tasks-db
     python benchmarks/run.py --only recovery       # a worker killed and restarted
     python benchmarks/run.py --only restart        # the database server stopped for 30 s
+    python benchmarks/run.py --only scaleout       # one MariaDB server vs two
 
 ``restart`` stops and starts the very server ``DATABASE_URL`` names (when it runs on this
 machine), as the chaos run does: run it against a server nobody else is using.
@@ -37,7 +38,7 @@ if str(REPO_ROOT) not in sys.path:
 
 NAMES = ["publish_single", "publish_many", "end_to_end", "latency", "latency_workers",
          "latency_notify", "idle_queries", "many_keys", "scale", "fleet", "admin_pages",
-         "tasks", "waiting", "schedules", "limits", "notify_volume", "recovery", "restart"]
+         "tasks", "waiting", "schedules", "limits", "notify_volume", "recovery", "restart", "scaleout"]
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -90,6 +91,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--recovery-seconds", type=float, default=60.0,
                         help="how long recovery waits between the kill and the restart "
                              "(default: 60)")
+    parser.add_argument("--scaleout-messages", type=int, default=20_000,
+                        help="messages per topic in each scaleout round (default: 20000)")
     parser.add_argument("--restart-down", type=float, default=30.0,
                         help="seconds restart keeps the database server stopped (default: 30)")
     parser.add_argument("--profile", action="store_true",
@@ -140,6 +143,7 @@ def main(argv: list[str] | None = None) -> int:
         limits,
         recovery,
         restart,
+        scaleout,
         scaling,
         schedules,
         suite,
@@ -151,7 +155,8 @@ def main(argv: list[str] | None = None) -> int:
     benchmarks = {**suite.BENCHMARKS, **scaling.BENCHMARKS, **admin_pages.BENCHMARKS,
                   **tasks.BENCHMARKS, **waiting.BENCHMARKS, **schedules.BENCHMARKS,
                   **limits.BENCHMARKS, **latency.BENCHMARKS, **wakeup.BENCHMARKS,
-                  **recovery.BENCHMARKS, **restart.BENCHMARKS}
+                  **recovery.BENCHMARKS, **restart.BENCHMARKS,
+                  **scaleout.BENCHMARKS}
 
     call_command("migrate", verbosity=0, interactive=False)
     meta = describe(db, args)
@@ -169,6 +174,7 @@ def main(argv: list[str] | None = None) -> int:
         schedule_count=args.schedules, schedule_seconds=args.schedule_seconds,
         notify_seconds=args.notify_seconds, recovery_rate=args.recovery_rate,
         recovery_seconds=args.recovery_seconds, restart_down=args.restart_down,
+        scaleout_messages=args.scaleout_messages,
     )
     results: list[suite.Result] = []
     failures: list[str] = []

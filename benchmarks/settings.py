@@ -80,6 +80,13 @@ def bench_database() -> dict[str, object]:
 
 
 DATABASES = {"default": bench_database()}
+# The scaleout benchmark's second MariaDB server (clusters/mariadb.py), which it starts
+# itself; nothing connects to it unless a topic is placed there.
+SECOND_DATABASE_URL = os.environ.get("SQLQUEUE_BENCH_SECOND_URL",
+                                     "mysql://root@127.0.0.1:23306/test")
+if DATABASES["default"]["ENGINE"] == "django.db.backends.mysql":
+    DATABASES["second"] = own_database(env.db_url_config(SECOND_DATABASE_URL), BENCH_DB_NAME,
+                                       REPO_ROOT)
 
 # The fleet benchmark's topic has 1,024 partitions; every other topic the default 16.
 SQLQUEUE: dict[str, object] = {"TOPICS": {"fleet": {"PARTITIONS": 1024},

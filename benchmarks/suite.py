@@ -108,6 +108,7 @@ class Context:
     recovery_rate: float = 200.0  # recovery: messages published per second
     recovery_seconds: float = 60.0  # recovery: from the kill to the restart
     restart_down: float = 30.0  # restart: seconds the database server stays stopped
+    scaleout_messages: int = 20_000  # scaleout: messages per topic per round
     workers: list[subprocess.Popen[bytes]] = field(default_factory=list)
     log: Callable[[str], None] = print
 

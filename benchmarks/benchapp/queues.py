@@ -43,6 +43,7 @@ def append_line(path: str | None, line: str) -> None:
 
 
 @sqlqueue.subscriber("bench", group="bench")
+@sqlqueue.subscriber("bench_b", group="bench")  # scaleout: the topic a second server may hold
 def noop(message: sqlqueue.Message) -> None:
     return None
 
