@@ -258,3 +258,29 @@ def test_the_admin_shows_and_acts_on_each_alias(on_two_databases, admin_client):
                                                   topic="orders").paused
     assert not GroupControl.objects.using("default").filter(consumer_group="billing",
                                                             topic="orders").exists()
+
+
+@pytest.mark.django_db(databases=BOTH)
+def test_a_schedule_aimed_at_a_placed_topic_publishes_there(on_two_databases):
+    from django_sqlqueue import schedules
+
+    schedules.add("to-events", cron="0 3 * * *", topic="orders", payload={"n": 1})
+    out = io.StringIO()
+    call_command("sqlqueue", "schedules", "run-now", "to-events", stdout=out)
+    assert rows(EVENTS, topic="orders") == 1
+    assert rows("default", topic="orders") == 0
+
+
+@pytest.mark.django_db(databases=BOTH)
+def test_replay_of_a_placed_topic_runs_on_its_alias(on_two_databases):
+    from django_sqlqueue.models import DeadLetter
+
+    sqlqueue.publish("orders", {"fail_for": "billing"}, key="k")
+    drain("orders", "billing", advance_delays=True)
+    assert DeadLetter.objects.using(EVENTS).filter(consumer_group="billing").count() == 1
+    out = io.StringIO()
+    call_command("sqlqueue", "replay", "--topic", "orders", "--group", "billing", stdout=out)
+    assert "replayed 1 of 1 dead letter(s)" in out.getvalue()
+    out = io.StringIO()  # without --topic: every alias, each under its name
+    call_command("sqlqueue", "replay", "--group", "billing", stdout=out)
+    assert f"database {EVENTS}:" in out.getvalue()
