@@ -9,8 +9,9 @@ from typing import Any
 
 from django.core.management.base import CommandError
 
+from django_sqlqueue import operations as ops
 from django_sqlqueue.conf import get_settings
-from django_sqlqueue.models import QueueMessage, Topic
+from django_sqlqueue.models import ConsumerOffset, QueueMessage, Topic
 from django_sqlqueue.operations import DeadLetterFilter, OperationError
 from django_sqlqueue.operations.dead_letters import BATCH_SIZE as DEAD_LETTER_BATCH_SIZE
 
@@ -115,3 +116,18 @@ def refuse_dead_letter_topic(topic: str, using: str) -> None:
         raise CommandError(
             f"--topic is the topic the messages were published to, not their dead-letter "
             f"topic: use --topic {base} (not {topic})", returncode=USAGE_ERROR)
+
+
+def refuse_unknown_names(options: dict[str, Any], using: str) -> None:
+    """Refuse a --topic or --group (in ``options``) the database ``using`` has never heard
+    of: a typo."""
+    topic, group = options.get("topic"), options.get("group")
+    if topic is not None and not (
+            Topic.objects.using(using).filter(topic=topic).exists()
+            or ConsumerOffset.objects.using(using).filter(topic=topic).exists()
+            or ops.has_messages(topic, using)):  # published, no worker has seen it yet
+        raise CommandError(f"unknown topic {topic!r}", returncode=USAGE_ERROR)
+    if group is not None and not (
+            ConsumerOffset.objects.using(using).filter(consumer_group=group).exists()
+            or QueueMessage.objects.using(using).filter(consumer_group=group).exists()):
+        raise CommandError(f"unknown consumer group {group!r}", returncode=USAGE_ERROR)

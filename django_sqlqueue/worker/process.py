@@ -85,8 +85,7 @@ class Worker:
         burst: bool = False,
         using: str | None = None,
         metrics: WorkerMetrics | None = None,
-        schedules: bool = False,
-        schedule_database: str | None = None,
+        schedules: bool | str = False,  # True, or the alias the schedules live on
     ) -> None:
         if not subscriptions:
             raise ValueError("a worker needs at least one subscription")
@@ -135,9 +134,8 @@ class Worker:
         self._next_maintain = 0.0
         self._next_acquire = 0.0
         self.collector: GarbageCollector | None = None
-        # Fires recurring schedules (runqueueworker runs one unless --no-schedules), kept
-        # on the queue's own alias even by an engine serving topics placed elsewhere.
-        self.scheduler = Scheduler(schedule_database or using) if schedules else None
+        # Fires recurring schedules (runqueueworker runs one unless --no-schedules).
+        self.scheduler = Scheduler(using if schedules is True else schedules) if schedules else None
         self.listener: Listener | None = None
         self._retried_busy = False  # the last poll was an early one after a busy sequencer
         self.bursting = Burst(using)  # when a burst worker is done

@@ -115,7 +115,7 @@ class Command(BaseCommand):
             Worker(subscriptions, name=name, concurrency=concurrency,
                    burst=options["burst"], using=alias, metrics=metrics,
                    # One scheduler per process, on the queue's own alias.
-                   schedules=schedules and index == 0, schedule_database=options["database"])
+                   schedules=schedules and index == 0 and options["database"])
             for index, (alias, subscriptions) in enumerate(placed.items())
         ]
         if metrics is not None:

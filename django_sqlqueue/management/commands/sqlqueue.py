@@ -14,21 +14,18 @@ from dataclasses import replace
 from typing import Any, NoReturn
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser, OutputWrapper
-from django.db import DatabaseError, connections
+from django.db import connections
 
 from django_sqlqueue import operations as ops
 from django_sqlqueue.cancelling import cancel
 from django_sqlqueue.conf import MAX_PARTITIONS
 from django_sqlqueue.consuming.registry import autodiscover, subscriptions
 from django_sqlqueue.db.schema_state import (
-    NotMigrated,
     check_migrated,
-    is_missing_schema,
-    not_migrated_line,
 )
 from django_sqlqueue.exceptions import ConfigurationError, TopicNotDrained
-from django_sqlqueue.groups import GroupInUse, UnknownGroup
-from django_sqlqueue.management import aliases, connecting, tables
+from django_sqlqueue.management import aliases, connecting, health, tables
+from django_sqlqueue.management.failures import USAGE_ERROR, command_errors
 from django_sqlqueue.management.progress import ProgressBar
 from django_sqlqueue.management.selection import (
     MAX_INDENT,
@@ -38,11 +35,9 @@ from django_sqlqueue.management.selection import (
     json_indent,
     positive_seconds,
     refuse_dead_letter_topic,
+    refuse_unknown_names,
 )
-from django_sqlqueue.models import ConsumerOffset, QueueMessage, Topic
 from django_sqlqueue.repartition import repartition
-
-USAGE_ERROR = 2  # exit status for bad input and refused operations
 
 SUBCOMMANDS = {
     "stats": "One row per topic and consumer group: lag, in flight, dead letters, workers.",
@@ -64,9 +59,10 @@ SUBCOMMANDS = {
     "schedules": "List recurring schedules, pause or resume one, or run one now.",
 }
 SCHEDULE_ACTIONS = ("list", "pause", "resume", "run-now")
+# Subcommands that read every queue alias themselves and label what each says.
+MERGED = frozenset({"stats", "health"})
 UNHEALTHY = 1  # exit status of a failed health check
 NOT_CANCELLED = 1  # exit status of a cancel that found the message started for some group
-NOT_MIGRATED = 1  # exit status when the queue tables are missing or behind the migrations
 
 
 def _errors_in_one_line(parser: ArgumentParser, prog: str) -> None:
@@ -121,46 +117,29 @@ class Command(BaseCommand):
         for _, alias in targets:
             if alias not in connections:
                 raise CommandError(f"unknown database alias {alias!r}", returncode=USAGE_ERROR)
-        if len(targets) == 1:
-            options["database"] = targets[0][1]
+        options["database"], options["targets"] = targets[0][1], targets
+        if len(targets) == 1 or options["subcommand"] in MERGED:
             self._handle_on(options)
             return
-        # Topics on several aliases (SQLQUEUE["TOPICS"]): stats and health merge them, each
-        # row labelled; the others run once per alias under its name.
-        merged = getattr(self, f"handle_{options['subcommand'].replace('-', '_')}_on_many",
-                         None)
-        if merged is not None:
-            merged(options, targets)
-            return
+        # Topics on several aliases (SQLQUEUE["TOPICS"]): the subcommand runs once per alias,
+        # under its name; an alias that does not know a --group or --topic is skipped.
         failures: list[CommandError] = []
         for label, alias in targets:
             self.stdout.write(f"database {label}:")
             try:
-                self._handle_on({**options, "database": alias})
+                self._handle_on({**options, "database": alias, "targets": [(label, alias)]})
             except CommandError as exc:
                 self.stderr.write(f"database {label}: {exc}")
                 failures.append(exc)
         if len(failures) == len(targets) or any(f.returncode != USAGE_ERROR for f in failures):
-            # Every alias refused (an unknown name everywhere), or one failed outright.
-            raise failures[0]
+            raise failures[0]  # every alias refused it, or one failed outright
 
     def _handle_on(self, options: dict[str, Any]) -> None:
-        """Run the subcommand in ``options`` on its one alias, ``options["database"]``."""
-        using = options["database"]
-        try:
-            check_migrated(using)
+        """Run the subcommand in ``options`` on ``options["database"]`` (a merged one on
+        each of ``options["targets"]``)."""
+        with command_errors(options["database"]):
+            check_migrated(options["database"])
             getattr(self, f"handle_{options['subcommand'].replace('-', '_')}")(options)
-        except (ops.OperationError, GroupInUse, UnknownGroup) as exc:
-            raise CommandError(str(exc), returncode=USAGE_ERROR) from exc
-        except NotMigrated as exc:
-            raise CommandError(exc.line, returncode=NOT_MIGRATED) from exc
-        except DatabaseError as exc:
-            if is_missing_schema(exc):
-                raise CommandError(not_migrated_line(using), returncode=NOT_MIGRATED) from exc
-            gone = connecting.lost(using, exc)  # lost mid-command (a failover): one line
-            if gone is None:
-                raise
-            raise gone from exc
 
     # ----------------------------------------------------------------- stats
 
@@ -176,33 +155,20 @@ class Command(BaseCommand):
 
     def handle_stats(self, options: dict[str, Any]) -> None:
         indent = json_indent(options["indent"], options["json"])
-        self._known_names(options, options["database"])
-        rows = ops.overview(topic=options["topic"], group=options["group"],
-                            using=options["database"])
-        if options["json"]:
-            objects = [r.as_json() for r in rows]
-            if indent is not None:
-                self.stdout.write(json.dumps(objects, indent=indent))
-            else:
-                tables.write_json_lines(self.stdout.write, objects)
-            return
-        tables.write_overview(self.stdout.write, rows)
-        unclaimed = ([] if options["group"] is not None else
-                     ops.unclaimed_topics(topic=options["topic"], using=options["database"]))
-        if not rows and not unclaimed:
-            self.stdout.write("no consumer group is registered")
-        for topic in unclaimed:
-            self.stdout.write(topic.line)
-
-    def handle_stats_on_many(self, options: dict[str, Any],
-                             targets: list[tuple[str, str]]) -> None:
-        indent = json_indent(options["indent"], options["json"])
+        targets = options["targets"]
         rows: list[ops.SubscriptionStats] = []
         unclaimed: list[str] = []
-        for label, alias in targets:
-            self._handle_on({**options, "database": alias, "subcommand": "stats_rows"})
-            rows += [replace(row, database=label) for row in self._rows]
-            unclaimed += [f"database {label}: {topic.line}" for topic in self._unclaimed]
+        for label, alias in targets:  # several where SQLQUEUE["TOPICS"] places topics apart
+            named = f"database {label}: " if len(targets) > 1 else ""
+            with command_errors(alias):
+                refuse_unknown_names({**options, "group": options["group"] if len(targets) == 1
+                                   else None}, alias)
+                found = ops.overview(topic=options["topic"], group=options["group"],
+                                     using=alias)
+                rows += [replace(r, database=label) for r in found] if named else found
+                if options["group"] is None:
+                    unclaimed += [named + t.line for t in
+                                  ops.unclaimed_topics(topic=options["topic"], using=alias)]
         if options["json"]:
             objects = [r.as_json() for r in rows]
             if indent is not None:
@@ -210,20 +176,11 @@ class Command(BaseCommand):
             else:
                 tables.write_json_lines(self.stdout.write, objects)
             return
-        tables.write_overview(self.stdout.write, rows, databases=True)
+        tables.write_overview(self.stdout.write, rows, databases=len(targets) > 1)
         if not rows and not unclaimed:
             self.stdout.write("no consumer group is registered")
         for line in unclaimed:
             self.stdout.write(line)
-
-    def handle_stats_rows(self, options: dict[str, Any]) -> None:
-        """One alias's part of stats over several (kept on self for the caller)."""
-        self._known_names({"group": None, "topic": options["topic"]}, options["database"])
-        self._rows = ops.overview(topic=options["topic"], group=options["group"],
-                                  using=options["database"])
-        self._unclaimed = ([] if options["group"] is not None else
-                           ops.unclaimed_topics(topic=options["topic"],
-                                                using=options["database"]))
 
     # ----------------------------------------------------------------- limits
 
@@ -252,53 +209,10 @@ class Command(BaseCommand):
                                  "or a @subscriber's topic has never had a message (a typo).")
 
     def handle_health(self, options: dict[str, Any]) -> None:
-        healthy, line = self._health(options)
+        healthy, line = health.verdict(options, options["targets"], _subscribed_topics)
         if not healthy:
             raise CommandError(line, returncode=UNHEALTHY)
         self.stdout.write(line)
-
-    def handle_health_on_many(self, options: dict[str, Any],
-                              targets: list[tuple[str, str]]) -> None:
-        """Healthy when every alias is; one line naming each alias's verdict."""
-        parts, healthy = [], True
-        for label, alias in targets:
-            try:
-                self._handle_on({**options, "database": alias, "subcommand": "health_part"})
-            except CommandError as exc:
-                if options["group"] is not None and "is not registered" in str(exc):
-                    continue  # the group consumes topics on other aliases only
-                self._verdict = (False, str(exc))
-            healthy = healthy and self._verdict[0]
-            parts.append(f"database {label}: {self._verdict[1]}")
-        if not parts:
-            raise CommandError(f"consumer group {options['group']!r} is not registered for "
-                               "any topic", returncode=USAGE_ERROR)
-        if not healthy:
-            raise CommandError("; ".join(parts), returncode=UNHEALTHY)
-        self.stdout.write("; ".join(parts))
-
-    def handle_health_part(self, options: dict[str, Any]) -> None:
-        """One alias's part of health over several (kept on self for the caller)."""
-        self._verdict = self._health(options)
-
-    def _health(self, options: dict[str, Any]) -> tuple[bool, str]:
-        """Whether the alias ``options["database"]`` is healthy, and the line saying so."""
-        max_age = None
-        if options["max_age"] is not None:
-            max_age = positive_seconds("--max-age", options["max_age"])
-        using = options["database"]
-        report = ops.health(group=options["group"], max_age=max_age, using=using)
-        notes = ([] if options["group"] is not None else
-                 [topic.line for topic in ops.unclaimed_topics(using=using)])
-        if options["strict"]:
-            notes += [f"@subscriber topic {topic!r} has never had a message (a typo of a "
-                      "published topic?)" for topic in ops.silent_topics(_subscribed_topics(),
-                                                                         using)]
-        if not report.ok:
-            return False, "; ".join([report.line, *notes])
-        if notes and options["strict"]:
-            return False, "unhealthy: " + "; ".join(notes)
-        return True, "; ".join([report.line, *notes])
 
     # ----------------------------------------------------------------- dead letters
 
@@ -318,7 +232,7 @@ class Command(BaseCommand):
         flt = dead_letter_filter(options)
         if flt.topic is not None:
             refuse_dead_letter_topic(flt.topic, options["database"])
-        self._known_names(options, options["database"])
+        refuse_unknown_names(options, options["database"])
         batch = batch_size_option(options["batch_size"])
         bar = ProgressBar(self.stderr, label=verb)
         done = action(flt, dry_run=options["dry_run"], batch_size=batch,
@@ -387,7 +301,7 @@ class Command(BaseCommand):
 
     def handle_cancel(self, options: dict[str, Any]) -> None:
         using = options["database"]
-        self._known_names({"topic": options["topic"]}, using)
+        refuse_unknown_names({"topic": options["topic"]}, using)
         result = cancel(options["topic"], options["id"], options["group"], key=options["key"],
                         by="manage.py sqlqueue", using=using)
         groups = ", ".join(f"{group} {status}" for group, status in sorted(result.groups.items()))
@@ -423,25 +337,12 @@ class Command(BaseCommand):
         parser.add_argument("--topic", default=None, help="Only this topic.")
 
     def handle_gc(self, options: dict[str, Any]) -> None:
-        self._known_names(options, options["database"])
+        refuse_unknown_names(options, options["database"])
         done = ops.run_gc(topic=options["topic"], using=options["database"])
         if not done.deleted:
             self.stdout.write("gc deleted nothing")
         for topic, count in sorted(done.deleted.items()):
             self.stdout.write(f"gc deleted {count} message(s) of {topic!r}")
-
-    def _known_names(self, options: dict[str, Any], using: str) -> None:
-        """Refuse a --topic or --group the database has never heard of (a typo)."""
-        topic, group = options.get("topic"), options.get("group")
-        if topic is not None and not (
-                Topic.objects.using(using).filter(topic=topic).exists()
-                or ConsumerOffset.objects.using(using).filter(topic=topic).exists()
-                or ops.has_messages(topic, using)):  # published, no worker has seen it yet
-            raise CommandError(f"unknown topic {topic!r}", returncode=USAGE_ERROR)
-        if group is not None and not (
-                ConsumerOffset.objects.using(using).filter(consumer_group=group).exists()
-                or QueueMessage.objects.using(using).filter(consumer_group=group).exists()):
-            raise CommandError(f"unknown consumer group {group!r}", returncode=USAGE_ERROR)
 
     # ----------------------------------------------------------------- repartition
 
