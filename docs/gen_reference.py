@@ -103,6 +103,20 @@ def default_sources() -> dict[str, str]:
     raise SystemExit("conf.py: no DEFAULTS dict found")
 
 
+DOC_MENTION = re.compile(r'docs/([\w-]+)\.md(?:, "([^"]+)")?')
+
+
+def link_docs(text: str) -> str:
+    """``docs/operating.md, "Read replicas"`` in a comment -> a link to that section."""
+    def link(match: re.Match[str]) -> str:
+        page, section = match.group(1), match.group(2)
+        if section:
+            return f"[{section}](../{page}.md#{slug(section)})"
+        return f"[{page}](../{page}.md)"
+
+    return DOC_MENTION.sub(link, text)
+
+
 def settings_page(checks: dict[str, dict[str, Any]]) -> str:
     from django_sqlqueue import checks as checks_module
     from django_sqlqueue.conf import DEFAULTS, QueueSettings
@@ -145,7 +159,8 @@ def settings_page(checks: dict[str, dict[str, Any]]) -> str:
         lines.append(f"| [`{name}`](#{name.lower()}) | {code(types[name])} | {code(repr(value))} |")
     for name, value in DEFAULTS.items():
         check_ids = sorted(set(by_setting.get(name, [])) | ({rules[name][0]} if name in rules else set()))
-        lines += ["", f"## `{name}` {{#{name.lower()}}}", "", comments[name], "", "| | |", "| --- | --- |",
+        lines += ["", f"## `{name}` {{#{name.lower()}}}", "", link_docs(comments[name]), "",
+                  "| | |", "| --- | --- |",
                   f"| type | {code(types[name])} |"]
         shown = repr(value)
         if sources[name] not in (shown, name) and not sources[name].isupper():
@@ -408,7 +423,10 @@ def exit_codes() -> dict[str, list[tuple[int, str]]]:
             (interrupts.IMMEDIATE_EXIT_STATUS, "a second SIGTERM or SIGINT ended it at once "
                 "(its in-flight messages are redelivered after their visibility timeout)"),
             (startup.NOT_MIGRATED_STATUS, "`--burst` on a database whose queue tables are "
-                "missing or behind the migrations, or a worker that failed"),
+                "missing or behind the migrations (without `--burst` it waits for `migrate`)"),
+            (1, "the engine for one of its databases crashed (the log has the traceback)"),
+            (connecting.UNREACHABLE, "the database refused it at start (wrong credentials, "
+                "no access, an unknown database); a database that is down is waited for"),
             (rqw.USAGE_ERROR, "bad options or a refusal: one line on stderr, never a usage "
                 "screen"),
             (process.EXIT_HANDLERS_ABANDONED, "stopped with handlers still running after "
@@ -427,6 +445,14 @@ def exit_codes() -> dict[str, list[tuple[int, str]]]:
                 "traceback or a usage screen"),
         ],
     }
+
+
+def _exit_rows(codes: list[tuple[int, str]]) -> list[str]:
+    """One table row per status, its meanings joined: several constants share a value."""
+    meanings: dict[int, list[str]] = {}
+    for status, text in codes:
+        meanings.setdefault(status, []).append(text)
+    return [f"| {status} | {cell('; '.join(texts))} |" for status, texts in sorted(meanings.items())]
 
 
 def commands_page() -> str:
@@ -450,7 +476,7 @@ def commands_page() -> str:
     lines += _option_table(parser)
     lines += ["", "### Exit codes {#runqueueworker-exit-codes}", "", "| status | meaning |",
               "| --- | --- |"]
-    lines += [f"| {status} | {cell(text)} |" for status, text in sorted(codes["runqueueworker"])]
+    lines += _exit_rows(codes["runqueueworker"])
     command = load_command_class("django_sqlqueue", "sqlqueue")
     parser = command.create_parser("manage.py", "sqlqueue")
     lines += ["", "## sqlqueue {#sqlqueue}", "", str(command.help), "",
@@ -461,7 +487,7 @@ def commands_page() -> str:
         lines.append(f"| [`{name}`](#sqlqueue-{name}) | {cell(subparser.description or '')} |")
     lines += ["", "### Exit codes {#sqlqueue-exit-codes}", "", "| status | meaning |",
               "| --- | --- |"]
-    lines += [f"| {status} | {cell(text)} |" for status, text in sorted(codes["sqlqueue"])]
+    lines += _exit_rows(codes["sqlqueue"])
     for name, subparser in subparsers.choices.items():
         lines += ["", f"### sqlqueue {name} {{#sqlqueue-{name}}}", "",
                   subparser.description or "", "", "```console",
