@@ -136,7 +136,7 @@ CHAOS_FAILOVER_SHORT_SECONDS ?= 30
 CHAOS_ARGS ?=
 PROVISION ?= 1
 
-LINT_PATHS := $(wildcard django_sqlqueue tests example_project benchmarks clusters)
+LINT_PATHS := $(wildcard django_sqlqueue tests example_project benchmarks clusters docs)
 IS_CI := $(filter 1 true True TRUE yes on,$(CI))
 
 # --------------------------------------------------------------------------- helpers
