@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import ast
 import dataclasses
+import importlib
 import re
 import sys
 from collections.abc import Iterator
@@ -189,8 +190,9 @@ class _Renderer:
     """Message and hint templates from the source: literal text, ``{expression}`` for
     what is filled in at run time, and a link for each ``see(page, section)``."""
 
-    def __init__(self, module: ast.Module) -> None:
+    def __init__(self, module: ast.Module, runtime: Any = None) -> None:
         self.module = module
+        self.runtime = runtime  # the imported module: its constants fill the templates
 
     def render(self, node: ast.AST | None, scope: ast.AST | None = None) -> str:
         if node is None:
@@ -199,8 +201,8 @@ class _Renderer:
             return node.value
         if isinstance(node, ast.JoinedStr):
             return "".join(
-                part.value if isinstance(part, ast.Constant) else
-                "{" + ast.unparse(part.value) + "}"  # type: ignore[attr-defined]
+                str(part.value) if isinstance(part, ast.Constant) else
+                self._filled(part.value, scope)  # type: ignore[attr-defined]
                 for part in node.values)
         if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Add):
             return self.render(node.left, scope) + self.render(node.right, scope)
@@ -212,6 +214,19 @@ class _Renderer:
             assigned = self._assigned(node.id, scope) or self._assigned(node.id, self.module)
             if assigned is not None:
                 return self.render(assigned, scope)
+        return "{" + ast.unparse(node) + "}"
+
+    def _filled(self, node: ast.AST, scope: ast.AST | None) -> str:
+        """A replacement field: a local template or a module constant when it names one,
+        else ``{expression}``."""
+        if isinstance(node, ast.Name):
+            local = self._assigned(node.id, scope)
+            if isinstance(local, ast.Constant | ast.JoinedStr):
+                return self.render(local, scope)
+            if local is None:
+                value = getattr(self.runtime, node.id, None)
+                if isinstance(value, str | int | float) and not isinstance(value, bool):
+                    return str(value)
         return "{" + ast.unparse(node) + "}"
 
     @staticmethod
@@ -263,9 +278,13 @@ def collect_checks() -> dict[str, dict[str, Any]]:
     for path in sorted(PACKAGE.rglob("*.py")):
         if "migrations" in path.parts:
             continue
-        tree = ast.parse(path.read_text())
+        source = path.read_text()
+        if not CHECK_ID.search(source):
+            continue
+        tree = ast.parse(source)
         parents = _parents(tree)
-        renderer = _Renderer(tree)
+        dotted = ".".join(path.relative_to(ROOT).with_suffix("").parts).removesuffix(".__init__")
+        renderer = _Renderer(tree, importlib.import_module(dotted))
         named = {node.targets[0].id: node.value.value for node in ast.walk(tree)
                  if isinstance(node, ast.Assign) and len(node.targets) == 1
                  and isinstance(node.targets[0], ast.Name) and isinstance(node.value, ast.Constant)
