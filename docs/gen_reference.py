@@ -529,9 +529,9 @@ def metrics_page() -> str:
         name = family.name + ("_total" if family.type == "counter" else "")
         collector = metrics.registry._names_to_collectors.get(name) or \
             metrics.registry._names_to_collectors.get(family.name)
-        labels = list(getattr(collector, "_labelnames", ()) or ())
-        if family.name == "sqlqueue_leases_held":
-            labels = ["group", "topic"]
+        # A custom collector's family names its labels; a client library metric's own
+        # object does (prometheus-client keeps both as _labelnames).
+        labels = list(getattr(family, "_labelnames", ()) or getattr(collector, "_labelnames", ()))
         worker_rows.append((name, family.type, labels, family.documentation))
     lines = [
         "# Metrics",
