@@ -326,9 +326,15 @@ def collect_checks() -> dict[str, dict[str, Any]]:
     from django_sqlqueue.conf import DEFAULTS
 
     for item in found.values():
-        if any(w.startswith("django_sqlqueue/scheduling/") for w in item["where"]):
+        if (any(w.startswith("django_sqlqueue/scheduling/") for w in item["where"])
+                or any(m.startswith("schedule ") for m in item["messages"])):
             item["settings"].add("SCHEDULES")
         item["settings"] &= set(DEFAULTS)
+    wordless = [check_id for check_id, item in found.items() if not item["messages"]]
+    if wordless:
+        raise SystemExit(f"no message found for the system check(s) {', '.join(wordless)}: "
+                         "docs/gen_reference.py reads a check's message from Error(...)/"
+                         "Warning(...) or an (id, message) pair")
     return dict(sorted(found.items()))
 
 
