@@ -5,8 +5,8 @@ A second ``mariadbd`` (clusters/mariadb.py) on a port of its own holds the ``eve
 alias, where tests/settings_topic_databases.py places ``orders``; ``manykeys`` stays on the
 suite's server. Two workers serve both topics while a publisher writes to both; the second
 server is shut down for 30 s and started again. Every ``manykeys`` message is handled
-promptly throughout; every ``orders`` message whose publish() returned is handled once
-the server is back.
+promptly throughout, a worker started during the outage starts and serves ``manykeys``;
+every ``orders`` message whose publish() returned is handled once the server is back.
 """
 
 from __future__ import annotations
@@ -26,6 +26,7 @@ from django.db import connections
 import django_sqlqueue as sqlqueue
 from clusters.common import base_directory
 from clusters.mariadb import MariaDBServer
+from django_sqlqueue.models import SubscriberHeartbeat
 from tests.testapp.models import Handled
 from tests.topic_databases import EVENTS, NAME_VARIABLE, PORT_VARIABLE
 from tests.worker_harness import wait_until, worker_pool
@@ -120,7 +121,14 @@ def test_a_stopped_server_stalls_only_its_own_topics(second_server: MariaDBServe
             wait_until(lambda: len(handled_at("orders")) >= 20, timeout=60)
             second_server.shutdown()
             down_at = time.time()
+            # A worker started during the outage starts, and serves the running server.
+            late = pool.start("w3", "--topic", "orders", "--topic", "manykeys",
+                              settings_module="tests.settings_topic_databases", extra_env=env)
             time.sleep(OUTAGE)
+            assert late.alive, late.describe()
+            assert SubscriberHeartbeat.objects.filter(  # a member of the group at home
+                subscriber_name="w3", consumer_group="bulk", topic="manykeys",
+                deregistered_at=0).exists(), late.describe()
             up_at = time.time()
             second_server.resume()
             connections[EVENTS].close()  # this thread's session ended with the server

@@ -219,3 +219,68 @@ def test_one_worker_serves_topics_on_both_aliases(events_alias):
                                                        offset_acked__gt=0).count() == 2
     assert ConsumerOffset.objects.using("default").filter(topic="manykeys",
                                                           offset_acked__gt=0).count() == 1
+
+
+# --------------------------------------------------------------------------- the admin
+
+
+@pytest.mark.django_db(databases=BOTH)
+def test_the_admin_shows_and_acts_on_each_alias(on_two_databases, admin_client):
+    from django.urls import reverse
+
+    from django_sqlqueue.models import GroupControl
+
+    stored = sqlqueue.publish("orders", {"n": 1}, id="on-events")
+    drain("orders", "billing")  # registers the group there
+    overview = reverse("admin:django_sqlqueue_overview")
+    home = admin_client.get(overview).content.decode()
+    assert "Database: <strong>default</strong>" in home
+    assert f'href="{overview}?database={EVENTS}"' in home
+    assert 'data-topic="orders"' not in home
+    away = admin_client.get(f"{overview}?database={EVENTS}").content.decode()
+    assert f"<strong>{EVENTS}</strong>" in away and 'data-topic="orders"' in away
+    assert f"database={EVENTS}" in away.split('data-topic="orders"')[1].split("</tr>")[0]
+
+    messages = reverse("admin:django_sqlqueue_queuemessage_changelist")
+    assert "on-events" not in admin_client.get(messages).content.decode()
+    listed = admin_client.get(f"{messages}?database={EVENTS}")
+    assert listed.status_code == 200 and "on-events" in listed.content.decode()
+    detail = reverse("admin:django_sqlqueue_queuemessage_change", args=[stored.offset])
+    assert admin_client.get(f"{detail}?_changelist_filters=database%3D{EVENTS}").status_code == 200
+    assert admin_client.get(f"{detail}?database={EVENTS}").status_code == 200
+    assert admin_client.get(f"{detail}?database=nowhere").status_code in (302, 404)
+
+    paused = admin_client.post(f"{overview}?database={EVENTS}",
+                               {"action": "pause", "group": "billing", "topic": "orders"},
+                               follow=True)
+    assert "Paused consumer group" in paused.content.decode()
+    assert GroupControl.objects.using(EVENTS).get(consumer_group="billing",
+                                                  topic="orders").paused
+    assert not GroupControl.objects.using("default").filter(consumer_group="billing",
+                                                            topic="orders").exists()
+
+
+@pytest.mark.django_db(databases=BOTH)
+def test_a_schedule_aimed_at_a_placed_topic_publishes_there(on_two_databases):
+    from django_sqlqueue import schedules
+
+    schedules.add("to-events", cron="0 3 * * *", topic="orders", payload={"n": 1})
+    out = io.StringIO()
+    call_command("sqlqueue", "schedules", "run-now", "to-events", stdout=out)
+    assert rows(EVENTS, topic="orders") == 1
+    assert rows("default", topic="orders") == 0
+
+
+@pytest.mark.django_db(databases=BOTH)
+def test_replay_of_a_placed_topic_runs_on_its_alias(on_two_databases):
+    from django_sqlqueue.models import DeadLetter
+
+    sqlqueue.publish("orders", {"fail_for": "billing"}, key="k")
+    drain("orders", "billing", advance_delays=True)
+    assert DeadLetter.objects.using(EVENTS).filter(consumer_group="billing").count() == 1
+    out = io.StringIO()
+    call_command("sqlqueue", "replay", "--topic", "orders", "--group", "billing", stdout=out)
+    assert "replayed 1 of 1 dead letter(s)" in out.getvalue()
+    out = io.StringIO()  # without --topic: every alias, each under its name
+    call_command("sqlqueue", "replay", "--group", "billing", stdout=out)
+    assert f"database {EVENTS}:" in out.getvalue()

@@ -21,9 +21,9 @@ from django.contrib.admin.exceptions import DisallowedModelAdminLookup
 from django.contrib.admin.views.main import ORDER_VAR, ChangeList
 from django.contrib.auth import get_permission_codename
 from django.db.models import QuerySet
-from django.http import HttpRequest
+from django.http import HttpRequest, HttpResponse
 
-from .reading import database_for
+from .reading import DATABASE_PARAMETER, database_choices, database_for
 
 
 class BoundedChangeList(ChangeList):
@@ -35,6 +35,13 @@ class BoundedChangeList(ChangeList):
         # parameter, so dropping it here also keeps the headers from showing a sort.
         self.params.pop(ORDER_VAR, None)
         return list(super().get_ordering(request, queryset))
+
+    def get_filters_params(self, params: Any = None) -> Any:
+        # ?database= picks the queue alias the page reads (admin/reading.py), not a filter;
+        # it stays in self.params, so the page's own links keep it.
+        lookups = super().get_filters_params(params)
+        lookups.pop(DATABASE_PARAMETER, None)
+        return lookups
 
     def get_filters(self, request: HttpRequest) -> Any:
         # Each list filter takes its own parameters out of the query string; what is left
@@ -62,6 +69,13 @@ class QueueModelAdmin(admin.ModelAdmin):
 
     def get_changelist(self, request: HttpRequest, **kwargs: Any) -> type[ChangeList]:
         return BoundedChangeList
+
+    def changelist_view(self, request: HttpRequest, extra_context: dict[str, Any] | None = None,
+                        ) -> HttpResponse:
+        # Where SQLQUEUE["TOPICS"] places topics on several aliases: which one is shown.
+        context = {"sqlqueue_databases": database_choices(request), **(extra_context or {})}
+        response: HttpResponse = super().changelist_view(request, context)
+        return response
 
     def get_sortable_by(self, request: HttpRequest) -> tuple[str, ...]:
         return ()

@@ -23,6 +23,7 @@ from .deliveries import deliveries
 from .display import pre, pretty_json, when
 from .filters import PartitionFilter, TopicFilter
 from .paginator import CappedPaginator
+from .reading import database_query
 
 # Messages one "cancel" action handles at most (each is a short transaction of its own).
 MAX_CANCEL = 1000
@@ -79,8 +80,9 @@ class QueueMessageAdmin(QueueModelAdmin):
                     message.topic, message.offset, message._state.db or queue_database())
                  if c.consumer_group == ALL_GROUPS), None)
             context["sqlqueue_can_deliver"] = self.has_deliver_permission(request)
-            context["sqlqueue_deliver_url"] = reverse(
-                "admin:django_sqlqueue_queuemessage_deliver", args=[message.offset])
+            context["sqlqueue_deliver_url"] = _on_alias(reverse(
+                "admin:django_sqlqueue_queuemessage_deliver", args=[message.offset]), request)
+            context["sqlqueue_database_query"] = database_query(request)
         return super().change_view(request, object_id, form_url, context)
 
     def get_urls(self) -> list[Any]:
@@ -111,8 +113,8 @@ class QueueMessageAdmin(QueueModelAdmin):
             else:
                 messages.info(request, f"Message {message.offset} was deliverable to {group!r} "
                               "already (or is running); nothing changed.")
-        return HttpResponseRedirect(
-            reverse("admin:django_sqlqueue_queuemessage_change", args=[message.offset]))
+        return HttpResponseRedirect(_on_alias(
+            reverse("admin:django_sqlqueue_queuemessage_change", args=[message.offset]), request))
 
     def has_deliver_permission(self, request: HttpRequest) -> bool:
         return self.may(request, "deliver_message")
@@ -231,3 +233,9 @@ def _shown_offsets(request: HttpRequest) -> tuple[int, int] | None:
             and highest.isascii() and len(lowest) <= 18 and len(highest) <= 18):
         return None
     return int(lowest), int(highest)
+
+
+def _on_alias(url: str, request: HttpRequest) -> str:
+    """``url`` on the queue alias ``request`` shows (see admin/reading.py)."""
+    query = database_query(request)
+    return f"{url}?{query}" if query else url

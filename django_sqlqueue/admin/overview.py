@@ -15,11 +15,13 @@ from django.urls import path, reverse
 from django.utils.http import urlencode
 
 from .. import operations
+from ..conf import queue_aliases
 from ..models import Overview, QueueMessage
 from .actions import record
 from .charts import lag_bar, sparkline
 from .display import age
 from .pages import PageAdmin
+from .reading import DATABASE_PARAMETER, queue_alias_for
 
 OVERVIEW_URL_NAME = "django_sqlqueue_overview"
 UNSEQUENCED_CAP = 10_000
@@ -41,6 +43,9 @@ class OverviewAdmin(PageAdmin):
         largest = max([row.lag for row in stats] + [1])
         dead_letters = reverse("admin:django_sqlqueue_deadletter_changelist")
         partitions = reverse("admin:django_sqlqueue_partition_changelist")
+        # The alias this page shows, carried to the pages it links to.
+        on_alias = {DATABASE_PARAMETER: alias} if (alias := queue_alias_for(request)) != (
+            queue_aliases()[0]) else {}
         rows = [{
             "topic": row.topic,
             "group": row.group,
@@ -51,8 +56,9 @@ class OverviewAdmin(PageAdmin):
             "in_flight": row.in_flight,
             "dead_letters": row.dead_letters,
             "dead_letters_url": dead_letters + "?" + urlencode(
-                {"original_topic": row.topic, "consumer_group": row.group}),
-            "partitions_url": partitions + "?" + urlencode({"group": row.group, "topic": row.topic}),
+                {"original_topic": row.topic, "consumer_group": row.group, **on_alias}),
+            "partitions_url": partitions + "?" + urlencode(
+                {"group": row.group, "topic": row.topic, **on_alias}),
             "oldest": age(row.oldest_pending_age_seconds),
             "workers": row.workers,
             "paused": row.paused,
@@ -100,9 +106,9 @@ class OverviewAdmin(PageAdmin):
         by = f"admin:{request.user.get_username()}"
         try:
             if action == "pause":
-                changed = operations.pause(group, topic, by=by, using=self.using())
+                changed = operations.pause(group, topic, by=by, using=self.using(request))
             else:
-                changed = operations.resume(group, topic, by=by, using=self.using())
+                changed = operations.resume(group, topic, by=by, using=self.using(request))
         except operations.OperationError as exc:
             messages.error(request, str(exc))
             return

@@ -16,7 +16,7 @@ from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.template.response import TemplateResponse
 
 from .. import operations
-from ..conf import get_settings, queue_database
+from ..conf import get_settings
 from ..db.liveness import judged_by_locks
 from ..groups import GroupInUse, UnknownGroup
 from ..models import (
@@ -34,7 +34,7 @@ from .bounded import QueueModelAdmin
 from .display import age, when
 from .filters import CHOICES, capped_names
 from .paginator import CappedPaginator
-from .reading import database_for
+from .reading import database_choices, database_for, database_query, queue_alias_for
 
 LIST_BREADCRUMBS = django.VERSION >= (6, 0)  # Django 6 draws breadcrumbs as a list
 LAG_CAP = 100_000  # messages counted above a watermark at most, per partition
@@ -78,15 +78,17 @@ class PageAdmin(QueueModelAdmin):
             "title": str(self.opts.verbose_name_plural).capitalize(),
             "sqlqueue_list_breadcrumbs": LIST_BREADCRUMBS,
             "now_ms": now_ms,
+            "sqlqueue_databases": database_choices(request),
+            "sqlqueue_database_query": database_query(request),
             **self.page_context(request, using, now_ms),
             **(extra_context or {}),
         }
         request.current_app = self.admin_site.name
         return TemplateResponse(request, self.template, context)
 
-    def using(self) -> str:
-        """The queue's database, which actions act on."""
-        return queue_database()
+    def using(self, request: HttpRequest) -> str:
+        """The queue alias the page shows, which its actions act on."""
+        return queue_alias_for(request)
 
     def page_context(self, request: HttpRequest, using: str, now_ms: int) -> dict[str, Any]:
         raise NotImplementedError
@@ -179,7 +181,7 @@ class PartitionAdmin(PageAdmin):
         partition = request.POST.get("partition", "")
         try:
             released = operations.release_leases(group=group, topic=topic, partition=partition,
-                                                 using=self.using())
+                                                 using=self.using(request))
         except operations.OperationError as exc:
             messages.error(request, str(exc))
             return
@@ -249,7 +251,7 @@ class SubscriberAdmin(PageAdmin):
                            "'all topics' (not both); nothing was forgotten.")
             return
         try:
-            done = operations.forget(group, None if every_topic else topic, using=self.using())
+            done = operations.forget(group, None if every_topic else topic, using=self.using(request))
         except (GroupInUse, UnknownGroup, operations.OperationError) as exc:
             messages.error(request, str(exc))
             return

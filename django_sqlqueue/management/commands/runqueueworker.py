@@ -91,6 +91,14 @@ class Command(BaseCommand):
         wait_for(options.get("database") or queue_database(), timeout=None)
         return super().execute(*args, **options)
 
+    def get_check_kwargs(self, options: dict[str, Any]) -> Any:
+        # Django 6 checks the fields against every alias of DATABASES, connecting to each:
+        # a worker started while a server holding other topics is down would not start.
+        # The queue alias waited for above is checked; the others are met by their engines.
+        kwargs = dict(super().get_check_kwargs(options))
+        kwargs["databases"] = [options.get("database") or queue_database()]
+        return kwargs
+
     def handle(self, *args: Any, **options: Any) -> None:
         explicit = options["database"]
         options["database"] = explicit or queue_database()

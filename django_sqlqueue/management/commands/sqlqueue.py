@@ -109,6 +109,13 @@ class Command(BaseCommand):
             err.write if int(options.get("verbosity", 1)) > 1 else connecting.quietly)
         return super().execute(*args, **options)
 
+    def get_check_kwargs(self, options: dict[str, Any]) -> Any:
+        # Django 6 checks the fields against every alias of DATABASES, connecting to each:
+        # one server down (holding other topics) must not stop a command about the rest.
+        kwargs = dict(super().get_check_kwargs(options))
+        kwargs["databases"] = [aliases.command_database(options)]
+        return kwargs
+
     def handle(self, *args: Any, **options: Any) -> None:
         targets = aliases.command_databases(options)
         for _, alias in targets:
