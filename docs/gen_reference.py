@@ -602,6 +602,11 @@ API_MODULES = {
     "django_sqlqueue.operations": "What the admin's actions and `manage.py sqlqueue` do, as "
                                   "Python functions.",
 }
+# Public modules without ``__all__``: shown whole, from the module's docstring down.
+WHOLE_MODULES = {
+    "django_sqlqueue.signals": "Signals the worker and replays send.",
+    "django_sqlqueue.routers": "The queue's tables on a database of their own.",
+}
 
 
 def api_page() -> str:
@@ -617,6 +622,10 @@ def api_page() -> str:
             if isinstance(getattr(module, name), type(sys)):
                 continue  # a module of its own (django_sqlqueue.schedules): its own section
             lines += [f"::: {module_name}.{name}", ""]
+    for module_name, text in WHOLE_MODULES.items():
+        lines += ["", f"## `{module_name}` {{#{slug(module_name)}}}", "", text, "",
+                  f"::: {module_name}", "    options:", "      show_root_heading: false",
+                  "      show_if_no_docstring: true", "      heading_level: 3", ""]
     return "\n".join(lines) + "\n"
 
 
