@@ -438,6 +438,7 @@ def exit_codes() -> dict[str, list[tuple[int, str]]]:
     """The exit statuses of each command: the values are the code's constants."""
     from django_sqlqueue.management import connecting
     from django_sqlqueue.management.commands import runqueueworker as rqw
+    from django_sqlqueue.management import failures
     from django_sqlqueue.management.commands import sqlqueue as sq
     from django_sqlqueue.worker import interrupts, process, startup
 
@@ -462,11 +463,11 @@ def exit_codes() -> dict[str, list[tuple[int, str]]]:
                 "for every group asked"),
             (sq.UNHEALTHY, "`health`: a condition failed (the line names each)"),
             (sq.NOT_CANCELLED, "`cancel`: some group had started or handled the message"),
-            (sq.NOT_MIGRATED, "the queue tables are missing or behind the migrations (the "
+            (failures.NOT_MIGRATED, "the queue tables are missing or behind the migrations (the "
                 "line names `manage.py migrate`)"),
             (connecting.UNREACHABLE, "the database could not be reached within `--wait`, or "
                 "was lost in the middle of the subcommand"),
-            (sq.USAGE_ERROR, "bad input or a refused operation: one line on stderr, never a "
+            (failures.USAGE_ERROR, "bad input or a refused operation: one line on stderr, never a "
                 "traceback or a usage screen"),
         ],
     }
