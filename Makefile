@@ -308,7 +308,7 @@ test-backends: $(VENV)/.stamp-spark | provision
 # loaded (tests/launcher.py). The suites run at once (tests/matrix.py), each backend's in
 # TEST_SHARDS parts, the short failover runs among them; the chaos run comes last and
 # alone, since it restarts MariaDB. docs/benchmarks.md ("CI") has each suite's figures.
-test: venvs lint docs-check check-migrations test-matrix $(if $(filter mysql,$(BACKENDS)),chaos-short)
+test: venvs lint check-migrations test-matrix $(if $(filter mysql,$(BACKENDS)),chaos-short)
 
 # The virtualenvs make test needs, built at once: their installs mostly wait on the network.
 venvs: | provision
@@ -322,6 +322,9 @@ venvs: | provision
 
 # The wheel check runs beside the suites: it only uses SQLite files of its own.
 WHEEL_SUITE = The wheel, installed=!$(NICED) $(PY) tests/wheel/check.py --work $(TEST_DATA)/wheel
+# The documentation's strict build and samples (docs-check) beside the suites: it writes
+# only under .test-data and uses SQLite files of its own.
+DOCS_SUITE = The documentation: strict build and samples=!$(NICED) $(MAKE) --no-print-directory docs-check PROVISION=0
 
 # The short failover runs (chaos-failover-short) beside the suites: their clusters run on
 # ports and in directories of their own, so they touch neither test server.
@@ -358,7 +361,7 @@ SPARK_SUITE = $(call suite,Python $(BASE_VERSION): Spark sessions on $(call back
 NICED = nice -n 5
 
 test-matrix: export SQLQUEUE_REQUIRE_SPARK := 1
-test-matrix: $(VENV)/.stamp-spark $(if $(IS_CI),$(COMPAT_VENV)/.stamp-dev) | provision
+test-matrix: $(VENV)/.stamp-spark $(VENV)/.stamp-docs $(if $(IS_CI),$(COMPAT_VENV)/.stamp-dev) | provision
 	@echo "sqlqueue: [$$(date +%T)] $@"
 	@mkdir -p $(TEST_DATA)
 	$(PY) -m tests.matrix \
@@ -366,6 +369,7 @@ test-matrix: $(VENV)/.stamp-spark $(if $(IS_CI),$(COMPAT_VENV)/.stamp-dev) | pro
 	  $(SPARK_SUITE) \
 	  $(COMPAT_SUITES) \
 	  $(FAILOVER_SUITE) \
+	  '$(DOCS_SUITE)' \
 	  '$(WHEEL_SUITE)'
 
 # The whole matrix, one run after another, as a release wants it.
