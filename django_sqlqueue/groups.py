@@ -61,7 +61,7 @@ def forget_group(group: str, topic: str | None = None, *, using: str | None = No
     those topics (stop its workers first, or they would register it again at once), and
     with UnknownGroup when there is nothing to forget.
     """
-    using = using or queue_database()
+    using = using or queue_database(topic)
     if not group:
         raise UnknownGroup("a consumer group name is required")
     # A name no group or topic can have has no state; saying so is also what keeps text

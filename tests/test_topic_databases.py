@@ -278,6 +278,11 @@ def test_replay_of_a_placed_topic_runs_on_its_alias(on_two_databases):
     sqlqueue.publish("orders", {"fail_for": "billing"}, key="k")
     drain("orders", "billing", advance_delays=True)
     assert DeadLetter.objects.using(EVENTS).filter(consumer_group="billing").count() == 1
+    from django_sqlqueue import operations  # the Python API follows the topic too
+
+    assert operations.replay(operations.DeadLetterFilter(topic="orders"),
+                             dry_run=True).matched == 1
+    assert operations.overview(topic="orders")[0].dead_letters == 1
     out = io.StringIO()
     call_command("sqlqueue", "replay", "--topic", "orders", "--group", "billing", stdout=out)
     assert "replayed 1 of 1 dead letter(s)" in out.getvalue()

@@ -108,7 +108,7 @@ def release_leases(*, subscriber: str | None = None, group: str | None = None,
 
     Needs ``subscriber`` or both ``group`` and ``topic``.
     """
-    using = using or queue_database()
+    using = using or queue_database(topic)
     if subscriber is None and (group is None or topic is None):
         raise OperationError("name a subscriber, or a consumer group and a topic")
     leases = PartitionLease.objects.using(using).exclude(leased_by="")
@@ -142,7 +142,7 @@ def forget(group: str, topic: str | None = None, *, using: str | None = None) ->
     on ``topic``, or on every topic when it is None (see
     :func:`django_sqlqueue.groups.forget_group`), and its pause state. An empty topic is
     refused, never read as every topic."""
-    using = using or queue_database()
+    using = using or queue_database(topic)
     if topic is not None:
         if not topic:
             raise OperationError("the topic is empty: name one, or pass None to forget the "
@@ -166,7 +166,7 @@ class Collected:
 def run_gc(*, topic: str | None = None, using: str | None = None) -> Collected:
     """Run garbage collection now over every topic (or ``topic``), as a worker's GC
     thread does, honouring GROUP_RETENTION; return what it deleted."""
-    using = using or queue_database()
+    using = using or queue_database(topic)
     if topic is not None:
         check_name("topic", topic)
         topics = [topic]

@@ -120,14 +120,14 @@ def _selection(flt: DeadLetterFilter, using: str) -> rows.Selection:
 
 def count(flt: DeadLetterFilter, *, using: str | None = None) -> int:
     """How many dead letters the filter selects."""
-    using = using or queue_database()
+    using = using or queue_database(flt.topic)
     return rows.count(django_connection(using), _selection(flt, using))
 
 
 def sample(flt: DeadLetterFilter, *, limit: int = SAMPLE_SIZE,
            using: str | None = None) -> list[DeadLetterSample]:
     """The first ``limit`` selected dead letters (what a dry run shows)."""
-    using = using or queue_database()
+    using = using or queue_database(flt.topic)
     refs = rows.page(django_connection(using), _selection(flt, using), None, limit)
     found = {m.offset: m for m in QueueMessage.objects.using(using).filter(
         offset__in=[r.offset for r in refs]).only(
@@ -151,7 +151,7 @@ def replay(flt: DeadLetterFilter, *, dry_run: bool = False, batch_size: int = BA
            progress: Progress | None = None, using: str | None = None) -> Outcome:
     """Re-deliver the selected dead letters to the group that dead-lettered each, and only
     to it; see the module docstring for where a replay sits in its partition."""
-    using = using or queue_database()
+    using = using or queue_database(flt.topic)
     return _run(flt, replay=True, dry_run=dry_run, batch_size=batch_size, progress=progress,
                 using=using)
 
@@ -159,7 +159,7 @@ def replay(flt: DeadLetterFilter, *, dry_run: bool = False, batch_size: int = BA
 def discard(flt: DeadLetterFilter, *, dry_run: bool = False, batch_size: int = BATCH_SIZE,
             progress: Progress | None = None, using: str | None = None) -> Outcome:
     """Delete the selected dead letters for good."""
-    using = using or queue_database()
+    using = using or queue_database(flt.topic)
     return _run(flt, replay=False, dry_run=dry_run, batch_size=batch_size, progress=progress,
                 using=using)
 

@@ -77,7 +77,7 @@ def overview(*, topic: str | None = None, group: str | None = None, using: str |
 
     Dead-letter topics appear as topics of their own when some group consumes them.
     """
-    using = using or queue_database()
+    using = using or queue_database(topic)
     if topic is not None:
         check_name("topic", topic)
     if group is not None:

@@ -42,7 +42,7 @@ def has_messages(topic: str, using: str | None = None) -> bool:
 def unclaimed_topics(*, topic: str | None = None, using: str | None = None) -> list[UnclaimedTopic]:
     """Topics (or ``topic``) with messages and no consumer group registered for them,
     dead-letter topics left out (nobody need consume those)."""
-    using = using or queue_database()
+    using = using or queue_database(topic)
     suffix = get_settings().dlq_suffix
     if topic is not None:
         names = [topic] if has_messages(topic, using) else []
