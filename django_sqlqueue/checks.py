@@ -24,6 +24,7 @@ from .database_checks import (  # noqa: F401 - registers sqlqueue.E016, E017, E0
     check_topic_databases,
 )
 from .docs import see
+from .embedded.checks import check_embedded  # noqa: F401 - registers sqlqueue.E110
 from .models.fields import TOPIC_LENGTH
 from .models.payload_search import FIELD_RE
 from .replica_checks import check_read_database  # noqa: F401 - registers sqlqueue.E018
@@ -157,7 +158,6 @@ def check_settings(app_configs: Sequence[AppConfig] | None = None, **kwargs: Any
             ))
     errors += _topic_errors(values["TOPICS"])
     errors += _search_field_errors(values["SEARCH_FIELDS"])
-    errors += _embedded_errors(values["EMBEDDED"])
     if errors:
         return errors
     if values["RENEW_INTERVAL"] >= values["LEASE_DURATION"]:
@@ -184,16 +184,6 @@ def _search_field_errors(fields: Any) -> list[CheckMessage]:
             id="sqlqueue.E080",
         )]
     return []
-
-
-def _embedded_errors(embedded: Any) -> list[CheckMessage]:
-    """``EMBEDDED`` holds the embedded worker's options, e.g. {"GROUP": ["billing"]}."""
-    from .embedded.options import problems
-
-    hint = see("operating", "A worker inside the web process")
-    return [Error(f"SQLQUEUE['EMBEDDED'] {problem}." if not problem.startswith("[")
-                  else f"SQLQUEUE['EMBEDDED']{problem}.", hint=hint, id="sqlqueue.E110")
-            for problem in problems(embedded)]
 
 
 def _topic_errors(topics: Any) -> list[CheckMessage]:
