@@ -210,6 +210,18 @@ def test_two_gunicorn_web_processes_share_the_partitions_fairly(servers, tmp_pat
     assert holders() == Counter()
 
 
+def test_sigterm_to_gunicorn_finishes_the_in_flight_message(servers, tmp_path):
+    server = gunicorn(servers, tmp_path, 1, GROUP=["billing"], TOPIC=["slow"], CONCURRENCY=1)
+    sqlqueue.publish("slow", {"sleep": 1.5}, key="a")
+    wait_until(lambda: Handled.objects.filter(topic="slow").exists(), what="the handler starting")
+
+    assert server.terminate() == 0
+
+    assert watermark("billing", "slow", "a") > 0, server.output  # acked before the exit
+    assert Handled.objects.filter(topic="slow").count() == 1
+    assert holders(topic="slow") == Counter()
+
+
 def test_gunicorn_runs_one_worker_when_asked_for_one_process(servers, tmp_path):
     server = gunicorn(servers, tmp_path, 2, PROCESSES="one", **ORDERS)
     wait_until(lambda: list(holders().values()) == [12], what="one worker holding orders")

@@ -42,7 +42,7 @@ class EmbeddedASGI:
         if scope["type"] == "lifespan":
             await self._serve_lifespan(receive, send)
             return
-        if not self._lifespan and not self.worker.started:
+        if not self._lifespan and not self.worker.settled:
             await asyncio.to_thread(self._start_without_lifespan)
         await self.app(scope, receive, send)
 
@@ -67,7 +67,7 @@ class EmbeddedASGI:
 
     def _start_without_lifespan(self) -> None:
         with self._lazy_lock:
-            if not self.worker.started and self.worker.start():
+            if not self.worker.settled and self.worker.start():
                 stop_at_exit(self.worker)
 
 

@@ -72,6 +72,11 @@ class EmbeddedWorker:
         return self._thread is not None
 
     @property
+    def settled(self) -> bool:
+        """Whether ``start()`` has decided: started, or turned off here."""
+        return self._thread is not None or self._off
+
+    @property
     def running(self) -> bool:
         """Whether its engines run right now (not waiting for a lock or a restart)."""
         with self._lock:
@@ -196,12 +201,13 @@ class EmbeddedWorker:
         """Run the engines until they stop; their exit status and reason."""
         from ..worker.engines import run_engines
 
-        workers = self._engines(plan)
-        with self._lock:
-            if self._stopping.is_set():
-                return 0, ""
-            self._workers = workers
+        workers: list[Worker] = []
         try:
+            workers = self._engines(plan)
+            with self._lock:
+                if self._stopping.is_set():
+                    return 0, ""
+                self._workers = workers
             worker = run_engines(workers, self._grace)
             return worker.exit_code, worker.exit_reason
         except Exception as exc:

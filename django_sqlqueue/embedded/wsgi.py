@@ -32,15 +32,15 @@ class EmbeddedWSGI:
             self.start()
 
     def __call__(self, environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
-        if not self.worker.started:
+        if not self.worker.settled:
             self.start()
         return self.app(environ, start_response)
 
     def start(self) -> bool:
         """Start the worker unless it runs already or is off here; True when it runs."""
         with self._lock:
-            if self.worker.started:
-                return True
+            if self.worker.settled:
+                return self.worker.started
             if not self.worker.start():
                 return False
             stop_at_exit(self.worker)
