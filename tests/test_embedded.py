@@ -9,6 +9,7 @@ the web process's.
 from __future__ import annotations
 
 import contextlib
+import os
 import signal
 import socket
 import subprocess
@@ -159,8 +160,9 @@ def test_uvicorn_serves_requests_while_its_worker_handles_messages(servers, tmp_
     answers = [server.get() for _ in range(5)]
     assert all(status == 200 for status, _ in answers)
     assert max(took for _, took in answers) < 1.0
-    assert Handled.objects.filter(topic="slow").count() == 1  # still running: one start
+    assert watermark("billing", "slow", "a") == 0  # the handler still runs
     assert handled_pids("slow") == {server.proc.pid: 1}
+    wait_until(lambda: watermark("billing", "slow", "a") > 0, what="the message acked")
 
 
 def test_sigterm_to_uvicorn_finishes_the_in_flight_message_and_releases_its_leases(
@@ -220,6 +222,22 @@ def test_sigterm_to_gunicorn_finishes_the_in_flight_message(servers, tmp_path):
     assert watermark("billing", "slow", "a") > 0, server.output  # acked before the exit
     assert Handled.objects.filter(topic="slow").count() == 1
     assert holders(topic="slow") == Counter()
+
+
+def test_a_killed_web_process_s_message_is_redelivered_to_another(servers, tmp_path):
+    gunicorn(servers, tmp_path, 2, GROUP=["billing"], TOPIC=["stuck"], CONCURRENCY=1)
+    # Its first attempt hangs past the test: only the kill ends it. Later ones return.
+    sqlqueue.publish("stuck", {"hang": 60}, key="a")
+    first = wait_until(lambda: Handled.objects.filter(topic="stuck").first(),
+                       what="the handler starting")
+    os.kill(first.pid, signal.SIGKILL)
+
+    # Another web process (the survivor, or the one gunicorn starts in its place) takes the
+    # partition and gets the message again once its visibility timeout is over.
+    again = wait_until(lambda: Handled.objects.filter(topic="stuck", attempt=2).first(),
+                       what="the redelivery")
+    assert again.pid != first.pid
+    wait_until(lambda: watermark("billing", "stuck", "a") > 0, what="the message acked")
 
 
 def test_gunicorn_runs_one_worker_when_asked_for_one_process(servers, tmp_path):
