@@ -165,6 +165,14 @@ def test_uvicorn_serves_requests_while_its_worker_handles_messages(servers, tmp_
     wait_until(lambda: watermark("billing", "slow", "a") > 0, what="the message acked")
 
 
+def test_without_lifespan_events_the_first_request_starts_the_worker(servers, tmp_path):
+    server = start_server(servers, tmp_path, [
+        "uvicorn", "tests.embedded_app:asgi", "--host", "127.0.0.1", "--port", "PORT",
+        "--lifespan", "off", "--log-level", "warning"], ORDERS)  # its first answer starts it
+    sqlqueue.publish("orders", {"n": 1}, key="k1")
+    wait_until(lambda: handled_pids() == {server.proc.pid: 1}, what="the web process handling")
+
+
 def test_sigterm_to_uvicorn_finishes_the_in_flight_message_and_releases_its_leases(
         servers, tmp_path):
     server = uvicorn(servers, tmp_path, GROUP=["billing"], TOPIC=["slow"], CONCURRENCY=1)
