@@ -5,17 +5,21 @@ dies, and another process takes it at its next try."""
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import os
 import tempfile
 from pathlib import Path
 from typing import IO
 
 
-def lock_path(server_pid: int | None = None) -> Path:
+def lock_path(scope: str, server_pid: int | None = None) -> Path:
     """The lock shared by the processes of one server: named after the process that forked
-    them (gunicorn's arbiter, uvicorn's supervisor), by default this process's parent."""
+    them (gunicorn's arbiter, uvicorn's supervisor; by default this process's parent) and
+    ``scope``, what they run, so that two projects started by one parent (systemd, a
+    shell) never wait for each other."""
     pid = os.getppid() if server_pid is None else server_pid
-    return Path(tempfile.gettempdir()) / f"django-sqlqueue-embedded-{pid}.lock"
+    digest = hashlib.sha256(scope.encode()).hexdigest()[:16]
+    return Path(tempfile.gettempdir()) / f"django-sqlqueue-embedded-{pid}-{digest}.lock"
 
 
 class ProcessLock:

@@ -64,7 +64,7 @@ class EmbeddedWorker:
         self._thread: threading.Thread | None = None
         self._workers: list[Worker] = []
         self._exclusive: ProcessLock | None = None
-        self._grace = 0.0
+        self._grace = 0.0  # SHUTDOWN_GRACE, read with the options (0 before)
         self._off = False  # the options turned it off in this process
 
     @property
@@ -113,7 +113,8 @@ class EmbeddedWorker:
             worker.stop()
         thread = self._thread
         if thread is not None and thread is not threading.current_thread():
-            thread.join((self._grace or get_settings().shutdown_grace) + STOP_MARGIN)
+            # Before the options were read the thread only waits, and wakes at once.
+            thread.join(self._grace + STOP_MARGIN)
             if thread.is_alive():
                 logger.warning("embedded worker still stopping after %.0fs; leaving it",
                                self._grace + STOP_MARGIN)
@@ -176,7 +177,7 @@ class EmbeddedWorker:
     def _supervise(self, plan: Plan) -> None:
         delay = RESTART_DELAY
         if plan.options.processes == "one":
-            self._exclusive = ProcessLock(lock_path(self.server_pid))
+            self._exclusive = ProcessLock(lock_path(_scope(plan), self.server_pid))
         while not self._stopping.is_set():
             if self._exclusive is not None and not self._exclusive.acquire():
                 self._stopping.wait(LOCK_RETRY)
@@ -233,6 +234,15 @@ class EmbeddedWorker:
                    schedule_database=queue_database())
             for index, (alias, subscriptions) in enumerate(by_database(plan.subscriptions).items())
         ]
+
+
+def _scope(plan: Plan) -> str:
+    """What identifies this worker's project and subscriptions, for the lock of
+    ``PROCESSES = "one"``."""
+    from django.conf import settings
+
+    subscriptions = sorted(f"{s.group}:{s.topic}" for s in plan.subscriptions)
+    return f"{settings.SETTINGS_MODULE} {queue_database()} {' '.join(subscriptions)}"
 
 
 def show_log_lines() -> None:
