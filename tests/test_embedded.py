@@ -102,13 +102,15 @@ def free_port() -> int:
 
 
 def start_server(servers: list[Server], tmp_path: Path, args: list[str],
-                 embedded: dict[str, Any]) -> Server:
+                 embedded: dict[str, Any], settings: dict[str, Any] | None = None) -> Server:
+    """Start a server with ``SQLQUEUE["EMBEDDED"] = embedded`` (and other ``settings``) and
+    wait for its first answer."""
     port = free_port()
     log = tmp_path / f"server-{port}.log"
     with log.open("wb") as out:
         proc = subprocess.Popen(
             [sys.executable, "-m", *[a.replace("PORT", str(port)) for a in args]],
-            cwd=REPO_ROOT, env=worker_env({"EMBEDDED": embedded}), stdout=out,
+            cwd=REPO_ROOT, env=worker_env({**(settings or {}), "EMBEDDED": embedded}), stdout=out,
             stderr=subprocess.STDOUT,
         )
     server = Server(proc, port, log)
@@ -125,16 +127,18 @@ def start_server(servers: list[Server], tmp_path: Path, args: list[str],
     return server
 
 
-def uvicorn(servers: list[Server], tmp_path: Path, **embedded: Any) -> Server:
+def uvicorn(servers: list[Server], tmp_path: Path, settings: dict[str, Any] | None = None,
+            **embedded: Any) -> Server:
     return start_server(servers, tmp_path, [
         "uvicorn", "tests.embedded_app:asgi", "--host", "127.0.0.1", "--port", "PORT",
-        "--lifespan", "on", "--log-level", "warning"], embedded)
+        "--lifespan", "on", "--log-level", "warning"], embedded, settings)
 
 
-def gunicorn(servers: list[Server], tmp_path: Path, processes: int, **embedded: Any) -> Server:
+def gunicorn(servers: list[Server], tmp_path: Path, processes: int,
+             settings: dict[str, Any] | None = None, **embedded: Any) -> Server:
     return start_server(servers, tmp_path, [
         "gunicorn", "-c", "tests/embedded_gunicorn.py", "-w", str(processes),
-        "-b", "127.0.0.1:PORT", "tests.embedded_app:wsgi"], embedded)
+        "-b", "127.0.0.1:PORT", "tests.embedded_app:wsgi"], embedded, settings)
 
 
 def holders(group: str = "billing", topic: str = "orders") -> Counter[str]:
@@ -191,12 +195,14 @@ def test_sigterm_to_uvicorn_finishes_the_in_flight_message_and_releases_its_leas
 
 def test_a_crashed_embedded_worker_is_restarted_and_logged(servers, tmp_path):
     # A worker already running under the embedded worker's name makes it refuse to start
-    # (runqueueworker's exit status 2): the supervisor restarts it until the name is free.
+    # (runqueueworker's exit status 2) once the name stayed taken for a lease and a renewal
+    # (short here): the supervisor restarts it until the name is free.
+    short = {"LEASE_DURATION": 1.0, "RENEW_INTERVAL": 0.2}
     with worker_pool(tmp_path) as pool:
-        rival = pool.start("clash", "--group", "billing", "--topic", "orders")
+        rival = pool.start("clash", "--group", "billing", "--topic", "orders", settings=short)
         wait_until(lambda: holders() == {"clash": 12}, what="the rival holding the partitions",
                    watch=[rival])
-        server = uvicorn(servers, tmp_path, NAME="clash", **ORDERS)
+        server = uvicorn(servers, tmp_path, short, NAME="clash", **ORDERS)
         wait_until(lambda: "restarting in" in server.output, what="a logged restart")
         rival.terminate()
         assert rival.wait_exit(STOP_TIMEOUT) == 0
@@ -233,7 +239,9 @@ def test_sigterm_to_gunicorn_finishes_the_in_flight_message(servers, tmp_path):
 
 
 def test_a_killed_web_process_s_message_is_redelivered_to_another(servers, tmp_path):
-    gunicorn(servers, tmp_path, 2, GROUP=["billing"], TOPIC=["stuck"], CONCURRENCY=1)
+    # A visibility timeout of 2 s: the redelivery comes that long after the kill.
+    gunicorn(servers, tmp_path, 2, {"VISIBILITY_TIMEOUT": 2.0}, GROUP=["billing"],
+             TOPIC=["stuck"], CONCURRENCY=1)
     # Its first attempt hangs past the test: only the kill ends it. Later ones return.
     sqlqueue.publish("stuck", {"hang": 60}, key="a")
     first = wait_until(lambda: Handled.objects.filter(topic="stuck").first(),
