@@ -341,3 +341,10 @@ def test_bad_embedded_settings_fail_the_system_checks(embedded, problem):
     with override_settings(SQLQUEUE={"EMBEDDED": embedded}):
         errors = [e for e in run_checks() if e.id == "sqlqueue.E110"]
     assert errors and problem in errors[0].msg
+
+
+def test_the_deploy_checks_report_an_embedded_group_that_does_not_exist(db):
+    with override_settings(SQLQUEUE={"EMBEDDED": {"GROUP": ["nope"]}}):
+        errors = [e for e in run_checks(include_deployment_checks=True)
+                  if e.id == "sqlqueue.E111"]
+    assert errors and "unknown group(s): 'nope'" in errors[0].msg
