@@ -228,10 +228,10 @@ class EmbeddedWorker:
         from ..worker.process import Worker
 
         options = plan.options
+        queue_alias = queue_database()
         return [
             Worker(subscriptions, name=plan.name, concurrency=options.concurrency,
-                   using=alias, schedules=options.schedules and index == 0,
-                   schedule_database=queue_database())
+                   using=alias, schedules=options.schedules and index == 0 and queue_alias)
             for index, (alias, subscriptions) in enumerate(by_database(plan.subscriptions).items())
         ]
 
