@@ -267,6 +267,16 @@ def test_gunicorn_runs_one_worker_when_asked_for_one_process(servers, tmp_path):
     assert server.terminate() == 0
 
 
+def test_when_the_one_process_running_the_worker_dies_another_takes_over(servers, tmp_path):
+    gunicorn(servers, tmp_path, 2, {"LEASE_DURATION": 1.0, "RENEW_INTERVAL": 0.2},
+             PROCESSES="one", **ORDERS)
+    [first] = wait_until(lambda: list(holders()) if list(holders().values()) == [12] else None,
+                         what="one worker holding orders")
+    os.kill(int(first.rpartition(":")[2]), signal.SIGKILL)
+    wait_until(lambda: list(holders().values()) == [12] and first not in holders(),
+               what="another web process holding orders")
+
+
 # --------------------------------------------------------------------------- in this process
 
 
