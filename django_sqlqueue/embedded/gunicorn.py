@@ -15,6 +15,8 @@ To pass keyword arguments instead of settings, call :func:`embedded_hooks`.
 from __future__ import annotations
 
 import logging
+import threading
+from collections.abc import Callable
 from typing import Any
 
 from .lifetime import exit_when_abandoned
@@ -23,6 +25,8 @@ from .runner import EmbeddedWorker
 logger = logging.getLogger("django_sqlqueue.embedded")
 
 NOTIFY_EVERY = 1.0  # seconds between the heartbeats a stopping web process sends gunicorn
+
+Hook = Callable[[Any, Any], None]  # (server, worker), as gunicorn calls its hooks
 
 _worker: EmbeddedWorker | None = None
 
@@ -41,12 +45,11 @@ def worker_exit(server: Any, worker: Any) -> None:
     embedded, _worker = _worker, None
     if embedded is None:
         return
-    stopping = _Notifying(worker, embedded)
-    stopping.run()
+    _stop_telling_gunicorn(worker, embedded)
     exit_when_abandoned(embedded.exit_code, delay=0.0)
 
 
-def embedded_hooks(**overrides: Any) -> tuple[Any, Any]:
+def embedded_hooks(**overrides: Any) -> tuple[Hook, Hook]:
     """``post_fork, worker_exit = embedded_hooks(group=["billing"], concurrency=2)``: the
     hooks with keyword arguments over ``SQLQUEUE["EMBEDDED"]``."""
 
@@ -56,26 +59,18 @@ def embedded_hooks(**overrides: Any) -> tuple[Any, Any]:
     return fork_hook, worker_exit
 
 
-class _Notifying:
+def _stop_telling_gunicorn(worker: Any, embedded: EmbeddedWorker) -> None:
     """Stop the embedded worker in a thread while this one keeps telling gunicorn's
     arbiter the web process is alive: a long shutdown grace must not get it killed as a
-    hung worker (``--timeout``)."""
-
-    def __init__(self, worker: Any, embedded: EmbeddedWorker) -> None:
-        self.worker = worker
-        self.embedded = embedded
-
-    def run(self) -> None:
-        import threading
-
-        stopper = threading.Thread(target=self.embedded.stop, name="sqlqueue-embedded-stop",
-                                   daemon=True)
-        stopper.start()
-        while stopper.is_alive():
-            notify = getattr(self.worker, "notify", None)
-            if callable(notify):
-                try:
-                    notify()
-                except Exception:  # noqa: BLE001 - a heartbeat file gone at exit is harmless
-                    logger.debug("gunicorn heartbeat failed", exc_info=True)
-            stopper.join(NOTIFY_EVERY)
+    hung worker (``timeout``)."""
+    stopper = threading.Thread(target=embedded.stop, name="sqlqueue-embedded-stop",
+                               daemon=True)
+    stopper.start()
+    notify = getattr(worker, "notify", None)
+    while stopper.is_alive():
+        if callable(notify):
+            try:
+                notify()
+            except Exception:  # noqa: BLE001 - a heartbeat file gone at exit is harmless
+                logger.debug("gunicorn heartbeat failed", exc_info=True)
+        stopper.join(NOTIFY_EVERY)
