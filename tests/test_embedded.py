@@ -157,7 +157,7 @@ def handled_pids(topic: str = "orders") -> Counter[int]:
 
 def test_uvicorn_serves_requests_while_its_worker_handles_messages(servers, tmp_path):
     server = uvicorn(servers, tmp_path, GROUP=["billing"], TOPIC=["slow"], CONCURRENCY=1)
-    sqlqueue.publish("slow", {"sleep": 1.5}, key="a")
+    sqlqueue.publish("slow", {"sleep": 1.0}, key="a")
     wait_until(lambda: Handled.objects.filter(topic="slow").exists(), what="the handler starting")
 
     # The handler sleeps in the worker's thread; the event loop answers meanwhile.
@@ -180,7 +180,7 @@ def test_without_lifespan_events_the_first_request_starts_the_worker(servers, tm
 def test_sigterm_to_uvicorn_finishes_the_in_flight_message_and_releases_its_leases(
         servers, tmp_path):
     server = uvicorn(servers, tmp_path, GROUP=["billing"], TOPIC=["slow"], CONCURRENCY=1)
-    message = sqlqueue.publish("slow", {"sleep": 1.5}, key="a")
+    message = sqlqueue.publish("slow", {"sleep": 1.0}, key="a")
     wait_until(lambda: Handled.objects.filter(topic="slow").exists(), what="the handler starting")
 
     assert server.terminate() == 0
@@ -228,7 +228,7 @@ def test_two_gunicorn_web_processes_share_the_partitions_fairly(servers, tmp_pat
 
 def test_sigterm_to_gunicorn_finishes_the_in_flight_message(servers, tmp_path):
     server = gunicorn(servers, tmp_path, 1, GROUP=["billing"], TOPIC=["slow"], CONCURRENCY=1)
-    sqlqueue.publish("slow", {"sleep": 1.5}, key="a")
+    sqlqueue.publish("slow", {"sleep": 1.0}, key="a")
     wait_until(lambda: Handled.objects.filter(topic="slow").exists(), what="the handler starting")
 
     assert server.terminate() == 0
