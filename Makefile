@@ -1,6 +1,8 @@
 # django-sqlqueue development tasks.
 #
 #   make demo          run the example project (SQLite, no database drivers needed)
+#   make demo-embedded the example project served by uvicorn with the queue worker inside
+#                      the web process (example_project/asgi.py; SQLite)
 #   make admin         serve the example project's admin (some lag, a dead letter) on
 #                      ADMIN_ADDRESS (default 127.0.0.1:8000); log in as admin / admin
 #   make test          ruff, mypy, migration check, then pytest on SQLite, MariaDB and
@@ -191,7 +193,7 @@ endef
 
 # --------------------------------------------------------------------------- targets
 
-.PHONY: help demo admin test venvs test-matrix test-full test-backends test-compat test-wheel lint check-migrations bench bench-spark chaos chaos-short pgbouncer pgbouncer-stop provision clean FORCE
+.PHONY: help demo demo-embedded admin test venvs test-matrix test-full test-backends test-compat test-wheel lint check-migrations bench bench-spark chaos chaos-short pgbouncer pgbouncer-stop provision clean FORCE
 .PHONY: cluster-pg cluster-pg-stop cluster-galera cluster-galera-stop mariadb-second mariadb-second-stop
 .PHONY: chaos-failover chaos-failover-short chaos-galera-spread
 .PHONY: docs docs-serve docs-check
@@ -254,6 +256,16 @@ $(VENV)/.stamp-docs: pyproject.toml $(VENV)/.sqlqueue-python
 demo: $(VENV)/.stamp-base
 	$(PY) example_project/manage.py migrate --noinput
 	$(PY) example_project/manage.py demo
+
+# uvicorn besides the base install, for the embedded worker's demo only.
+$(VENV)/.stamp-embedded: pyproject.toml $(VENV)/.stamp-base
+	@echo "sqlqueue: installing uvicorn into $(VENV)"
+	$(PY) -m pip install -qq 'uvicorn>=0.30'
+	@touch $@
+
+demo-embedded: $(VENV)/.stamp-embedded
+	$(PY) example_project/manage.py migrate --noinput
+	$(PY) example_project/manage.py demo_embedded
 
 ADMIN_ADDRESS ?= 127.0.0.1:8000
 

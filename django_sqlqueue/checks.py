@@ -24,6 +24,7 @@ from .database_checks import (  # noqa: F401 - registers sqlqueue.E016, E017, E0
     check_topic_databases,
 )
 from .docs import see
+from .embedded.checks import check_embedded  # noqa: F401 - registers sqlqueue.E110
 from .models.fields import TOPIC_LENGTH
 from .models.payload_search import FIELD_RE
 from .replica_checks import check_read_database  # noqa: F401 - registers sqlqueue.E018

@@ -102,6 +102,16 @@ DEFAULTS: dict[str, Any] = {
     # listener, the liveness lock). None: the queue's alias itself, unless that sets
     # DISABLE_SERVER_SIDE_CURSORS (a pooler): then polling and leases alone.
     "DIRECT_DATABASE": None,
+    # The worker run inside web processes by django_sqlqueue.embedded (sqlqueue_asgi,
+    # sqlqueue_wsgi, the gunicorn hooks); keyword arguments given there win. Keys, with
+    # their defaults: "ENABLED": True (False: off, e.g. per environment); "GROUP", "TOPIC",
+    # "QUEUE": [] (runqueueworker's --group/--topic/--queue; none of them: every
+    # subscription and task queue); "NAME": None (host:pid); "CONCURRENCY": 4 (handler
+    # threads, 1 to 1000); "SCHEDULES": True (False: --no-schedules); "PROCESSES": "every"
+    # (or "one": one web process per server); "AUTORELOAD": False (True: also under
+    # runserver's autoreloader); "START": "request" (or "import": when the server sends no
+    # lifespan events). See docs/operating.md, "A worker inside the web process".
+    "EMBEDDED": {},
 }
 
 MAX_PARTITIONS = 4096  # per topic; lease rows, watermarks and fair share count partitions
@@ -154,6 +164,7 @@ class QueueSettings:
     notify: bool
     liveness: bool
     direct_database: str | None
+    embedded: dict[str, Any]
 
     def partitions_for(self, topic: str) -> int:
         """The partition count configured for ``topic`` (the recorded count wins once a

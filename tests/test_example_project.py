@@ -70,3 +70,20 @@ def test_the_demo_adds_up_and_leaves_nothing_outside_the_project(tmp_path: Path)
             map(str.strip, " ".join(keys[1]).split(","))):
         assert "under both workers:" in step
     assert list(temp.iterdir()) == [], "the demo left files in the temp directory"
+
+
+@pytest.mark.worker
+def test_the_embedded_demo_handles_orders_in_the_web_process_and_stops_cleanly(tmp_path: Path):
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("DJANGO_SETTINGS_MODULE", "SQLQUEUE_TEST_SETTINGS")}
+    env.update({"DATABASE_URL": f"sqlite:///{tmp_path / 'shop.sqlite3'}",
+                "PYTHONPATH": str(REPO_ROOT)})
+    for args in (["migrate", "--noinput"], ["demo_embedded"]):
+        done = subprocess.run([sys.executable, str(MANAGE), *args], cwd=tmp_path, env=env,
+                              capture_output=True, text=True, timeout=300, check=False)
+        assert done.returncode == 0, done.stdout + done.stderr
+    out = done.stdout
+    pids = next(line for line in out.splitlines() if "handler pids:" in line)
+    web_pid = pids.rsplit("the web process: ", 1)[1].rstrip(")")
+    assert pids.split("handler pids: ")[1].startswith(f"{web_pid} ("), pids
+    assert "leases still held by" in out and ": 0; live heartbeats: 0" in out, out

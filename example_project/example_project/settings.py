@@ -115,6 +115,13 @@ SQLQUEUE = {
     "SCHEDULES": {
         "sales-report": {"cron": "*/5 * * * * *", "task": "shop.tasks.sales_report"},
     },
+    # The worker inside the web process, for example_project/asgi.py (`make demo-embedded`):
+    # every subscription and task queue, as runqueueworker runs them with no --group,
+    # --topic or --queue. SQLQUEUE_EMBEDDED=0 turns it off, e.g. where a worker fleet runs.
+    "EMBEDDED": {
+        "ENABLED": env.bool("SQLQUEUE_EMBEDDED", default=True),
+        "CONCURRENCY": 4,  # handler threads inside each web process
+    },
 }
 
 # Django's Tasks framework on the queue: `manage.py runqueueworker` runs these task queues

@@ -13,9 +13,8 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db import connections
 
 from django_sqlqueue.conf import get_settings, queue_database
-from django_sqlqueue.consuming.registry import Subscription, autodiscover, subscriptions
-from django_sqlqueue.exceptions import ConfigurationError
 from django_sqlqueue.management.connecting import wait_for
+from django_sqlqueue.management.worker_selection import USAGE_ERROR, _select
 from django_sqlqueue.metrics import MISSING as METRICS_MISSING
 from django_sqlqueue.metrics import available as metrics_available
 from django_sqlqueue.metrics.worker import WorkerMetrics
@@ -23,7 +22,6 @@ from django_sqlqueue.models.fields import SUBSCRIBER_NAME_LENGTH
 from django_sqlqueue.worker.engines import by_database, run_engines
 from django_sqlqueue.worker.process import EXIT_HANDLERS_ABANDONED, Worker, default_worker_name
 
-USAGE_ERROR = 2  # exit status for bad options, as argparse uses
 # Handler threads per worker. Each may hold a database connection of its own, and this is
 # already far over the servers' default connection limits (MariaDB 151, PostgreSQL 100);
 # a larger number is a typo. Run more workers instead.
@@ -138,76 +136,6 @@ class Command(BaseCommand):
         if code:
             raise CommandError(worker.exit_reason or f"worker exited with status {code}",
                                returncode=code)
-
-
-def _select(options: dict[str, Any], worker_name: str) -> list[Subscription]:
-    """The subscriptions the options ask for: task queues named by --queue, plus the
-    @subscriber handlers (and task queues, group "tasks") --group and --topic pick; with
-    none of the three, all of them."""
-    try:
-        autodiscover()
-        queues = _task_queues()
-    except ConfigurationError as exc:
-        raise CommandError(str(exc)) from exc
-    wanted_queues = set(options["queue"])
-    unknown_queues = wanted_queues - set(queues)
-    if unknown_queues:
-        known = ", ".join(sorted(queues)) or "none (no django_sqlqueue.tasks.QueueBackend in TASKS)"
-        raise CommandError(
-            f"unknown task queue(s): {', '.join(sorted(map(repr, unknown_queues)))}; known: "
-            f"{known}", returncode=USAGE_ERROR,
-        )
-    available = subscriptions()
-    if queues:
-        from django_sqlqueue.tasks.queues import task_subscriptions
-
-        available += task_subscriptions(queues, worker_name)
-    if not available:
-        raise CommandError(
-            "no @subscriber handlers found; declare them in a queues.py module of an "
-            "installed app (or configure a django_sqlqueue.tasks.QueueBackend in TASKS)"
-        )
-    groups, topics = set(options["group"]), set(options["topic"])
-    # repr(): a name given on the command line may hold a line break or an undecodable
-    # byte, and the error stays one printable line.
-    unknown_groups = groups - {s.group for s in available}
-    if unknown_groups:
-        raise CommandError(
-            f"unknown group(s): {', '.join(sorted(map(repr, unknown_groups)))}; known: "
-            f"{', '.join(sorted({s.group for s in available}))}", returncode=USAGE_ERROR,
-        )
-    unknown_topics = topics - {s.topic for s in available}
-    if unknown_topics:
-        raise CommandError(
-            f"unknown topic(s): {', '.join(sorted(map(repr, unknown_topics)))}; known: "
-            f"{', '.join(sorted({s.topic for s in available}))}", returncode=USAGE_ERROR,
-        )
-    if not (groups or topics or wanted_queues):
-        return available
-    from django_sqlqueue.tasks.options import topic_for
-
-    queue_topics = {topic_for(q) for q in wanted_queues}
-    selected = [
-        s for s in available
-        if s.topic in queue_topics
-        or ((groups or topics) and (not groups or s.group in groups)
-            and (not topics or s.topic in topics))
-    ]
-    if not selected:
-        raise CommandError("no subscription matches both --group and --topic",
-                           returncode=USAGE_ERROR)
-    return selected
-
-
-def _task_queues() -> dict[str, str]:
-    """Queue name → backend alias of every configured django_sqlqueue task queue; none
-    when the Tasks framework is not installed (Django 5.2 without django-tasks)."""
-    from django_sqlqueue.tasks.queues import configured_queues
-
-    try:
-        return configured_queues()
-    except ImportError:
-        return {}
 
 
 def _check_options(options: dict[str, Any]) -> int:
