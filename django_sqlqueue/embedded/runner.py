@@ -224,16 +224,11 @@ class EmbeddedWorker:
     def _engines(self, plan: Plan) -> list[Worker]:
         """runqueueworker's engines: one per alias the selected topics live on, the
         schedules fired by the one on the queue's own alias."""
-        from ..worker.engines import by_database
-        from ..worker.process import Worker
+        from ..worker.engines import build_engines
 
         options = plan.options
-        queue_alias = queue_database()
-        return [
-            Worker(subscriptions, name=plan.name, concurrency=options.concurrency,
-                   using=alias, schedules=options.schedules and index == 0 and queue_alias)
-            for index, (alias, subscriptions) in enumerate(by_database(plan.subscriptions).items())
-        ]
+        return build_engines(plan.subscriptions, name=plan.name,
+                             concurrency=options.concurrency, schedules=options.schedules)
 
 
 def _scope(plan: Plan) -> str:

@@ -14,11 +14,15 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Iterable
+from typing import TYPE_CHECKING
 
 from ..conf import queue_database
 from ..consuming.registry import Subscription
 from .interrupts import stop_on_signals
 from .process import Worker
+
+if TYPE_CHECKING:
+    from ..metrics.worker import WorkerMetrics
 
 logger = logging.getLogger("django_sqlqueue.worker")
 
@@ -31,6 +35,22 @@ def by_database(subscriptions: Iterable[Subscription]) -> dict[str, list[Subscri
     for subscription in subscriptions:
         grouped.setdefault(queue_database(subscription.topic), []).append(subscription)
     return {alias: subs for alias, subs in grouped.items() if subs}
+
+
+def build_engines(subscriptions: Iterable[Subscription], *, name: str, concurrency: int,
+                  database: str | None = None, schedules: bool = True, burst: bool = False,
+                  metrics: WorkerMetrics | None = None) -> list[Worker]:
+    """The engines of one worker process (runqueueworker, the embedded worker): one per
+    alias the ``subscriptions``' topics live on, or all on ``database`` when given; the
+    schedules, when asked for, fired by the first, from the queue's own alias."""
+    subscriptions = list(subscriptions)
+    placed = {database: subscriptions} if database else by_database(subscriptions)
+    home = database or queue_database()
+    return [
+        Worker(placed_here, name=name, concurrency=concurrency, burst=burst, using=alias,
+               metrics=metrics, schedules=schedules and index == 0 and home)
+        for index, (alias, placed_here) in enumerate(placed.items())
+    ]
 
 
 def run_engines(workers: list[Worker], grace: float | None = None) -> Worker:

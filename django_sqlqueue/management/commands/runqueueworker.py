@@ -19,8 +19,8 @@ from django_sqlqueue.metrics import MISSING as METRICS_MISSING
 from django_sqlqueue.metrics import available as metrics_available
 from django_sqlqueue.metrics.worker import WorkerMetrics
 from django_sqlqueue.models.fields import SUBSCRIBER_NAME_LENGTH
-from django_sqlqueue.worker.engines import by_database, run_engines
-from django_sqlqueue.worker.process import EXIT_HANDLERS_ABANDONED, Worker, default_worker_name
+from django_sqlqueue.worker.engines import build_engines, run_engines
+from django_sqlqueue.worker.process import EXIT_HANDLERS_ABANDONED, default_worker_name
 
 # Handler threads per worker. Each may hold a database connection of its own, and this is
 # already far over the servers' default connection limits (MariaDB 151, PostgreSQL 100);
@@ -107,15 +107,9 @@ class Command(BaseCommand):
         metrics = _start_metrics(options["metrics_port"], options["metrics_address"])
         # One engine per alias the selected topics live on (SQLQUEUE["TOPICS"] may place
         # them apart); --database puts every one on that alias instead.
-        placed = {explicit: selected} if explicit else by_database(selected)
-        schedules = not options["no_schedules"]
-        workers = [
-            Worker(subscriptions, name=name, concurrency=concurrency,
-                   burst=options["burst"], using=alias, metrics=metrics,
-                   # One scheduler per process, on the queue's own alias.
-                   schedules=schedules and index == 0 and options["database"])
-            for index, (alias, subscriptions) in enumerate(placed.items())
-        ]
+        workers = build_engines(selected, name=name, concurrency=concurrency,
+                                database=explicit, schedules=not options["no_schedules"],
+                                burst=options["burst"], metrics=metrics)
         if metrics is not None:
             metrics.watch_leases(
                 lambda: [p for worker in workers for p in worker.partitions.values()])
