@@ -436,9 +436,8 @@ def _option_table(parser: Any) -> list[str]:
 
 def exit_codes() -> dict[str, list[tuple[int, str]]]:
     """The exit statuses of each command: the values are the code's constants."""
-    from django_sqlqueue.management import connecting
+    from django_sqlqueue.management import connecting, failures
     from django_sqlqueue.management.commands import runqueueworker as rqw
-    from django_sqlqueue.management import failures
     from django_sqlqueue.management.commands import sqlqueue as sq
     from django_sqlqueue.worker import interrupts, process, startup
 
