@@ -632,16 +632,67 @@ def api_page() -> str:
 # --------------------------------------------------------------------------- output
 
 
+# The reference pages split into a page per item: a setting, a system check, a command.
+SPLIT = ("settings", "checks", "commands")
+_SECTION_RE = re.compile(r"^## (.*?) \{#([\w-]+)\}$", re.M)
+_LINK_RE = re.compile(r"\]\((?:(settings|checks|commands|metrics|api)\.md)?#([\w-]+)\)")
+
+
 def pages() -> dict[str, str]:
     setup_django()
     checks = collect_checks()
-    return {
-        "reference/settings.md": settings_page(checks),
-        "reference/checks.md": checks_page(checks),
-        "reference/commands.md": commands_page(),
-        "reference/metrics.md": metrics_page(),
-        "reference/api.md": api_page(),
+    whole = {
+        "settings": settings_page(checks),
+        "checks": checks_page(checks),
+        "commands": commands_page(),
+        "metrics": metrics_page(),
+        "api": api_page(),
     }
+    # Where each "## … {#anchor}" section of a split page now is: a page of its own.
+    homes = {(name, anchor): f"{name}/{anchor}.md" for name in SPLIT
+             for _, anchor in _SECTION_RE.findall(whole[name])}
+    out: dict[str, str] = {}
+    for name, text in whole.items():
+        if name not in SPLIT:
+            out[f"reference/{name}.md"] = _relink(text, name, "", homes)
+            continue
+        head, *sections = re.split(r"(?m)^(?=## .* \{#[\w-]+\}$)", text)
+        out[f"reference/{name}.md"] = _relink(head + _index(name, sections), name, "", homes)
+        for section in sections:
+            match = _SECTION_RE.match(section)
+            assert match is not None
+            title, anchor = match.groups()
+            # One level deeper than the index: links out of the reference climb one more.
+            body = re.sub(r"(?m)^### ", "## ", section[match.end():]).replace("](../", "](../../")
+            out[f"reference/{name}/{anchor}.md"] = _relink(f"# {title}\n{body}", name, "../",
+                                                            homes)
+    return out
+
+
+def _index(name: str, sections: list[str]) -> str:
+    """What the index of a split page lists when its head has no table of its items."""
+    if name != "commands":
+        return ""
+    lines = ["", "| command | |", "| --- | --- |"]
+    for section in sections:
+        match = _SECTION_RE.match(section)
+        assert match is not None
+        lines.append(f"| [`{match.group(1)}`](#{match.group(2)}) | |")
+    return "\n".join(lines) + "\n"
+
+
+def _relink(text: str, page: str, up: str, homes: dict[tuple[str, str], str]) -> str:
+    """Point ``[…](page.md#anchor)`` and ``[…](#anchor)`` links at where the anchor now is:
+    a page of its own, or a section of a page that was not split."""
+    def target(match: re.Match[str]) -> str:
+        linked = match.group(1) or page
+        anchor = match.group(2)
+        if (linked, anchor) in homes:
+            return f"]({up}{homes[(linked, anchor)]})"
+        if not match.group(1):
+            return match.group(0)  # a section of this very page
+        return f"]({up}{linked}.md#{anchor})"
+    return _LINK_RE.sub(target, text)
 
 
 def main() -> None:

@@ -358,3 +358,60 @@ def test_the_deploy_checks_report_an_embedded_group_that_does_not_exist(db):
         errors = [e for e in run_checks(include_deployment_checks=True)
                   if e.id == "sqlqueue.E111"]
     assert errors and "unknown group(s): 'nope'" in errors[0].msg
+
+
+# --------------------------------------------------------------------------- guarantees
+
+
+FAST_LEASES = {"LEASE_DURATION": 1.5, "RENEW_INTERVAL": 0.3, "VISIBILITY_TIMEOUT": 2.0}
+
+
+def test_two_web_processes_keep_each_keys_order_while_one_stops(servers, tmp_path):
+    # batch_size=1 (strict mode): each key's messages one at a time, in publish order,
+    # while partitions move from a web process that stops to the one that stays.
+    expected: dict[str, list[int]] = {}
+    for message in sqlqueue.publish_many("strict", [{"payload": {"n": n}, "key": f"s{n % 4}"}
+                                                    for n in range(80)]):
+        expected.setdefault(message.key, []).append(message.offset)
+    first = uvicorn(servers, tmp_path, GROUP=["ordered"], TOPIC=["strict"], CONCURRENCY=2)
+    uvicorn(servers, tmp_path, GROUP=["ordered"], TOPIC=["strict"], CONCURRENCY=2)
+    wait_until(lambda: Handled.objects.filter(topic="strict").count() >= 20,
+               what="a quarter of the messages handled")
+    assert first.terminate() == 0  # its partitions go to the other web process
+    wait_until(lambda: Handled.objects.filter(topic="strict").count() >= 80,
+               what="every message handled")
+
+    for key, offsets in expected.items():
+        runs = list(Handled.objects.filter(topic="strict", key=key).order_by("handled_at", "id"))
+        assert [r.offset for r in runs] == offsets, f"key {key} out of publish order"
+        gaps = [b.handled_at - a.handled_at for a, b in zip(runs, runs[1:], strict=False)]
+        assert min(gaps) >= 0.002, f"key {key}: overlapping runs ({min(gaps):.4f} s apart)"
+
+
+def test_a_paused_web_process_cannot_ack_after_its_lease_was_taken(servers, tmp_path):
+    paused = uvicorn(servers, tmp_path, FAST_LEASES, GROUP=["billing"], TOPIC=["slow"],
+                     CONCURRENCY=1)
+    message = sqlqueue.publish("slow", {"sleep": 1.5}, key="p")
+    wait_until(lambda: Handled.objects.filter(topic="slow").exists(), what="the handler starting")
+    paused.proc.send_signal(signal.SIGSTOP)  # mid-handler, past its lease and visibility
+    try:
+        other = uvicorn(servers, tmp_path, FAST_LEASES, GROUP=["billing"], TOPIC=["slow"],
+                        CONCURRENCY=1)
+        again = wait_until(
+            lambda: Handled.objects.filter(topic="slow", offset=message.offset,
+                                           attempt=2).first(),
+            timeout=20, what="the other web process redelivering the message")
+    finally:
+        paused.proc.send_signal(signal.SIGCONT)
+    assert again.pid == other.proc.pid
+
+    # The paused process's handler finishes; its ack is refused, and it never fetches again.
+    wait_until(lambda: "lease lost" in paused.output, what="the paused process noticing")
+    later = sqlqueue.publish_many("slow", [{"payload": {"sleep": 0}, "key": "p"}
+                                           for _ in range(3)])
+    wait_until(lambda: watermark("billing", "slow", "p") > 0
+               and Handled.objects.filter(offset__in=[m.offset for m in later]).count() == 3,
+               what="the later messages handled")
+    assert set(Handled.objects.filter(offset__in=[m.offset for m in later])
+               .values_list("pid", flat=True)) == {other.proc.pid}
+    assert Handled.objects.filter(pid=paused.proc.pid).count() == 1
