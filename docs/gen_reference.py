@@ -659,8 +659,7 @@ def pages() -> dict[str, str]:
         head, *sections = re.split(r"(?m)^(?=## .* \{#[\w-]+\}$)", text)
         out[f"reference/{name}.md"] = _relink(head + _index(name, sections), name, "", homes)
         for section in sections:
-            match = _SECTION_RE.match(section)
-            assert match is not None
+            match = _section(section)
             title, anchor = match.groups()
             # One level deeper than the index: links out of the reference climb one more.
             body = re.sub(r"(?m)^### ", "## ", section[match.end():]).replace("](../", "](../../")
@@ -669,14 +668,20 @@ def pages() -> dict[str, str]:
     return out
 
 
+def _section(text: str) -> re.Match[str]:
+    match = _SECTION_RE.match(text)
+    if match is None:
+        raise SystemExit(f"gen_reference: a section without a heading and anchor: {text[:60]!r}")
+    return match
+
+
 def _index(name: str, sections: list[str]) -> str:
     """What the index of a split page lists when its head has no table of its items."""
     if name != "commands":
         return ""
     lines = ["", "| command | |", "| --- | --- |"]
     for section in sections:
-        match = _SECTION_RE.match(section)
-        assert match is not None
+        match = _section(section)
         lines.append(f"| [`{match.group(1)}`](#{match.group(2)}) | |")
     return "\n".join(lines) + "\n"
 
