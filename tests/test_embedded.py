@@ -25,6 +25,7 @@ from typing import Any
 
 import pytest
 from django.core.checks import run_checks
+from django.db import connection
 from django.test.utils import override_settings
 
 import django_sqlqueue as sqlqueue
@@ -42,6 +43,13 @@ from tests.worker_harness import (
 )
 
 pytestmark = [pytest.mark.worker]
+
+# How each server runs the worker (lifespan modes, the WSGI wrapper, the gunicorn hooks'
+# options, restarts) is the same whatever the database: tested once, on SQLite. The
+# guarantees (graceful stop, crash recovery, fair shares, order, fencing) run on all three.
+server_plumbing = pytest.mark.skipif(
+    connection.vendor != "sqlite",
+    reason="how a server runs the worker does not depend on the database: tested on SQLite")
 
 ORDERS = {"GROUP": ["billing"], "TOPIC": ["orders"], "CONCURRENCY": 2}
 SERVER_START = 20.0  # seconds a server gets to answer its first request
@@ -155,20 +163,24 @@ def handled_pids(topic: str = "orders") -> Counter[int]:
 # --------------------------------------------------------------------------- uvicorn
 
 
+@server_plumbing
 def test_uvicorn_serves_requests_while_its_worker_handles_messages(servers, tmp_path):
     server = uvicorn(servers, tmp_path, GROUP=["billing"], TOPIC=["slow"], CONCURRENCY=1)
-    sqlqueue.publish("slow", {"sleep": 1.0}, key="a")
+    sqlqueue.publish("slow", {"sleep": 5.0}, key="a")
     wait_until(lambda: Handled.objects.filter(topic="slow").exists(), what="the handler starting")
 
-    # The handler sleeps in the worker's thread; the event loop answers meanwhile.
-    answers = [server.get() for _ in range(5)]
-    assert all(status == 200 for status, _ in answers)
-    assert max(took for _, took in answers) < 1.0
+    # The handler sleeps in the worker's thread; the event loop answers meanwhile, well
+    # within the handler's 5 s (a busy machine slows the answers, never to the handler's).
+    answers = [server.get()]
     assert watermark("billing", "slow", "a") == 0  # the handler still runs
+    answers += [server.get() for _ in range(4)]
+    assert all(status == 200 for status, _ in answers)
+    assert max(took for _, took in answers) < 2.5
     assert handled_pids("slow") == {server.proc.pid: 1}
     wait_until(lambda: watermark("billing", "slow", "a") > 0, what="the message acked")
 
 
+@server_plumbing
 def test_without_lifespan_events_the_first_request_starts_the_worker(servers, tmp_path):
     server = start_server(servers, tmp_path, [
         "uvicorn", "tests.embedded_app:asgi", "--host", "127.0.0.1", "--port", "PORT",
@@ -193,6 +205,7 @@ def test_sigterm_to_uvicorn_finishes_the_in_flight_message_and_releases_its_leas
                for h in SubscriberHeartbeat.objects.filter(subscriber_name=name))
 
 
+@server_plumbing
 def test_a_crashed_embedded_worker_is_restarted_and_logged(servers, tmp_path):
     # A worker already running under the embedded worker's name makes it refuse to start
     # (runqueueworker's exit status 2) once the name stayed taken for a lease and a renewal
@@ -226,6 +239,22 @@ def test_two_gunicorn_web_processes_share_the_partitions_fairly(servers, tmp_pat
     assert holders() == Counter()
 
 
+@server_plumbing
+def test_the_wsgi_wrapper_runs_the_worker_in_a_server_without_hooks(servers, tmp_path):
+    # gunicorn without the hooks, serving sqlqueue_wsgi(): the first request starts the
+    # worker in the web process, and its exit stops it, leases released.
+    server = start_server(servers, tmp_path, [
+        "gunicorn", "-w", "1", "--graceful-timeout", "20", "--log-level", "warning",
+        "-b", "127.0.0.1:PORT", "tests.embedded_app:wsgi_wrapped"], ORDERS)
+    sqlqueue.publish("orders", {"n": 1}, key="k1")
+    wait_until(lambda: sum(handled_pids().values()) == 1, what="the web process handling")
+    [pid] = handled_pids()
+    assert pid != server.proc.pid  # gunicorn's worker process, not its master
+    assert server.terminate() == 0
+    assert holders() == Counter()
+
+
+@server_plumbing
 def test_sigterm_to_gunicorn_finishes_the_in_flight_message(servers, tmp_path):
     server = gunicorn(servers, tmp_path, 1, GROUP=["billing"], TOPIC=["slow"], CONCURRENCY=1)
     sqlqueue.publish("slow", {"sleep": 1.0}, key="a")
@@ -256,6 +285,7 @@ def test_a_killed_web_process_s_message_is_redelivered_to_another(servers, tmp_p
     wait_until(lambda: watermark("billing", "stuck", "a") > 0, what="the message acked")
 
 
+@server_plumbing
 def test_gunicorn_runs_one_worker_when_asked_for_one_process(servers, tmp_path):
     server = gunicorn(servers, tmp_path, 2, PROCESSES="one", **ORDERS)
     wait_until(lambda: list(holders().values()) == [12], what="one worker holding orders")
@@ -267,6 +297,7 @@ def test_gunicorn_runs_one_worker_when_asked_for_one_process(servers, tmp_path):
     assert server.terminate() == 0
 
 
+@server_plumbing
 def test_when_the_one_process_running_the_worker_dies_another_takes_over(servers, tmp_path):
     gunicorn(servers, tmp_path, 2, {"LEASE_DURATION": 1.0, "RENEW_INTERVAL": 0.2},
              PROCESSES="one", **ORDERS)
