@@ -446,3 +446,18 @@ def test_a_paused_web_process_cannot_ack_after_its_lease_was_taken(servers, tmp_
     assert set(Handled.objects.filter(offset__in=[m.offset for m in later])
                .values_list("pid", flat=True)) == {other.proc.pid}
     assert Handled.objects.filter(pid=paused.proc.pid).count() == 1
+
+
+@server_plumbing
+def test_the_web_process_runs_at_most_concurrency_handler_threads(servers, tmp_path):
+    server = uvicorn(servers, tmp_path, GROUP=["pool"], TOPIC=["spread"], CONCURRENCY=2)
+    wait_until(lambda: holders("pool", "spread"), what="the worker holding its partitions")
+    idle = len(os.listdir(f"/proc/{server.proc.pid}/task"))  # its threads, handlers none yet
+    sqlqueue.publish_many("spread", [{"payload": n} for n in range(300)])
+    busiest = idle
+    deadline = time.monotonic() + 20
+    while Handled.objects.filter(topic="spread").count() < 300 and time.monotonic() < deadline:
+        busiest = max(busiest, len(os.listdir(f"/proc/{server.proc.pid}/task")))
+        time.sleep(0.02)
+    assert Handled.objects.filter(topic="spread").count() == 300
+    assert busiest - idle <= 2, f"{busiest - idle} threads beyond the idle {idle}"
