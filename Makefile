@@ -197,7 +197,7 @@ endef
 
 .PHONY: help demo demo-embedded admin test venvs test-matrix test-full test-backends test-compat test-wheel lint check-migrations bench bench-spark chaos chaos-short pgbouncer pgbouncer-stop provision clean FORCE
 .PHONY: cluster-pg cluster-pg-stop cluster-galera cluster-galera-stop mariadb-second mariadb-second-stop
-.PHONY: chaos-failover chaos-failover-short chaos-galera-spread
+.PHONY: chaos-failover chaos-failover-short chaos-galera-spread test-chaos-runs
 .PHONY: docs docs-serve docs-check
 
 help:
@@ -328,7 +328,7 @@ test-backends: $(VENV)/.stamp-spark | provision
 # against 16.8 s), so they run where their timings mean something.
 FAILOVER_AFTER = $(if $(filter mysql,$(BACKENDS)),$(if $(filter postgres,$(BACKENDS)),chaos-failover-short))
 
-test: venvs lint check-migrations test-matrix $(FAILOVER_AFTER) $(if $(filter mysql,$(BACKENDS)),chaos-short)
+test: venvs lint check-migrations test-matrix $(if $(filter mysql,$(BACKENDS)),test-chaos-runs)
 
 # The virtualenvs make test needs, built at once: their installs mostly wait on the network.
 venvs: | provision
@@ -412,6 +412,14 @@ bench-spark: $(VENV)/.stamp-spark | provision
 # docs/reliability.md.
 chaos: $(VENV)/.stamp-dev | provision
 	DATABASE_URL='$(CHAOS_DATABASE_URL)' $(PY) -m tests.chaos.run --seconds $(CHAOS_SECONDS) $(CHAOS_ARGS)
+
+# After the suites: the 60 s chaos run on MariaDB (it restarts the shared server) and the
+# short failover runs (their clusters on ports of their own) side by side, away from the
+# suites' load; each prints its output whole when it ends.
+test-chaos-runs: $(VENV)/.stamp-dev | provision
+	@echo "sqlqueue: [$$(date +%T)] $@"
+	$(PY) -m tests.matrix 'The 60 s chaos run on MariaDB=!$(MAKE) --no-print-directory chaos-short PROVISION=0' \
+	  $(if $(FAILOVER_AFTER),'Short failover runs on a PostgreSQL pair and a Galera cluster=!$(MAKE) --no-print-directory chaos-failover-short PROVISION=0')
 
 chaos-short: $(VENV)/.stamp-dev | provision
 	@echo "sqlqueue: [$$(date +%T)] $@"

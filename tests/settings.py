@@ -138,7 +138,7 @@ if (_pooler_port := os.environ.get("SQLQUEUE_TEST_POOLER_PORT")) and "postgresql
 # short leases. Worker subprocesses may override keys with a JSON object in
 # SQLQUEUE_TEST_SETTINGS.
 SQLQUEUE: dict[str, object] = {
-    "POLL_INTERVAL": 0.05,
+    "POLL_INTERVAL": 0.1,
     "LEASE_DURATION": 3.0,
     "RENEW_INTERVAL": 0.5,
     "VISIBILITY_TIMEOUT": 5.0,
