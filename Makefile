@@ -9,7 +9,7 @@
 #                      PostgreSQL at once (and with CI=true the Python 3.11 + Django 5.2
 #                      run: migrations, checks and publishing, and on SQLite the task
 #                      worker's tests) and the docs check; then the 30 s failover runs and
-#                      a 60 s chaos run on MariaDB, each alone
+#                      a 60 s chaos run on MariaDB side by side, away from the suites
 #   make test-full     the whole matrix one run after another, for a release: every
 #                      backend on both interpreters, in full
 #   make test-compat   only the Python 3.11 + Django 5.2 run, on all three backends
@@ -322,10 +322,10 @@ test-backends: $(VENV)/.stamp-spark | provision
 # loaded (tests/launcher.py). The suites run at once (tests/matrix.py), each backend's in
 # TEST_SHARDS parts, the short failover runs among them; the chaos run comes last and
 # alone, since it restarts MariaDB. docs/benchmarks.md ("CI") has each suite's figures.
-# The short failover runs (chaos-failover-short) after the suites, alone: their clusters run
-# on ports and in directories of their own, but beside twelve suites on two cores a worker
-# could wait longer for the CPU than the resumption bound the run checks (seen: 17.2 s
-# against 16.8 s), so they run where their timings mean something.
+# The short failover runs (chaos-failover-short) after the suites (see test-chaos-runs):
+# their clusters run on ports and in directories of their own, but beside twelve suites on
+# two cores a worker could wait longer for the CPU than the resumption bound the run checks
+# (seen: 17.2 s against 16.8 s), so they run where their timings mean something.
 FAILOVER_AFTER = $(if $(filter mysql,$(BACKENDS)),$(if $(filter postgres,$(BACKENDS)),chaos-failover-short))
 
 test: venvs lint check-migrations test-matrix $(if $(filter mysql,$(BACKENDS)),test-chaos-runs)

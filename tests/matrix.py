@@ -173,7 +173,10 @@ def main(argv: list[str]) -> int:
         print(f"  {suite.title}: {suite.outcome}{took}")
     servers_after, busy_after = server_cpu(), machine_busy()
     for name, seconds in sorted(servers_after.items()):
-        print(f"  {name} server: {seconds - servers_before.get(name, 0.0):.0f} s of CPU")
+        used = seconds - servers_before.get(name, 0.0)
+        # Less than before: the server was restarted meanwhile (the chaos run does that).
+        print(f"  {name} server: {used:.0f} s of CPU" if used >= 0 else
+              f"  {name} server: restarted meanwhile, {seconds:.0f} s of CPU since")
     busy, total = busy_after[0] - busy_before[0], busy_after[1] - busy_before[1]
     if total > 0:
         print(f"  the machine: {busy:.0f} s of CPU busy of {total:.0f} ({busy / total:.0%})")
