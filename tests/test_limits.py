@@ -71,9 +71,11 @@ def assert_no_failed_cycles(started) -> None:  # type: ignore[no-untyped-def]
         assert "Traceback" not in worker.stderr + worker.stdout, worker.describe()
 
 
-def start_workers(workers, count: int, *topics: str):  # type: ignore[no-untyped-def]
+def start_workers(workers, count: int, *topics: str,  # type: ignore[no-untyped-def]
+                  settings: dict[str, object] | None = None):
     args = [a for topic in topics for a in ("--topic", topic)]
-    return [workers.start(f"w{i}", *args, "--concurrency", "4") for i in range(count)]
+    return [workers.start(f"w{i}", *args, "--concurrency", "4", settings=settings)
+            for i in range(count)]
 
 
 def test_max_running_holds_across_worker_processes(workers, tmp_path):
@@ -163,7 +165,9 @@ def test_slots_rotate_among_workers_with_a_standing_backlog(workers, tmp_path):
     # than the limit lets through: the slot must not stay with one worker for its backlog,
     # and it goes round the workers in turn, the one waiting longest next.
     log = tmp_path / "runs.log"
-    started = start_workers(workers, 4, "capped-one")
+    # Polling every 50 ms: a waiting worker's reservation is renewed at each poll, and one
+    # that runs out between two polls lets the slot go out of turn (the test allows one).
+    started = start_workers(workers, 4, "capped-one", settings={"POLL_INTERVAL": 0.05})
     wait_until(lambda: sorted(PartitionLease.objects.filter(topic="capped-one")
                               .values_list("leased_by", flat=True)) == ["w0", "w1", "w2", "w3"],
                timeout=30, what="a partition leased to each worker", watch=started)
