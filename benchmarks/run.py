@@ -38,7 +38,8 @@ if str(REPO_ROOT) not in sys.path:
 
 NAMES = ["publish_single", "publish_many", "end_to_end", "latency", "latency_workers",
          "latency_notify", "idle_queries", "many_keys", "scale", "fleet", "admin_pages",
-         "tasks", "waiting", "schedules", "limits", "notify_volume", "recovery", "restart", "scaleout"]
+         "tasks", "waiting", "schedules", "limits", "notify_volume", "recovery", "restart", "scaleout",
+         "throughput"]
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -95,6 +96,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         help="messages per topic in each scaleout round (default: 20000)")
     parser.add_argument("--restart-down", type=float, default=30.0,
                         help="seconds restart keeps the database server stopped (default: 30)")
+    parser.add_argument("--baseline-library", metavar="CHECKOUT",
+                        help="throughput: a checkout of an earlier commit whose django_sqlqueue "
+                             "the baseline side runs (e.g. a git worktree)")
+    parser.add_argument("--throughput-messages", type=int, default=20_000,
+                        help="throughput: messages (and tasks) per drain (default: 20000)")
     parser.add_argument("--profile", action="store_true",
                         help="MariaDB/MySQL: also count the end_to_end workers' statements "
                              "by kind and table (adds a little overhead)")
@@ -105,7 +111,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
             or args.idle_seconds <= 0 or args.scale_messages < 1 or args.scale_timeout <= 0 \
             or args.tasks < 2 or args.baseline_tasks < 2 or args.notify_seconds <= 0 \
             or args.recovery_rate <= 0 or args.recovery_seconds <= 0 \
-            or args.restart_down <= 0:
+            or args.restart_down <= 0 or args.throughput_messages < 100:
         parser.error("durations and message counts must be positive")
     try:
         args.fleet_sizes = tuple(int(n) for n in args.fleet_sizes.split(","))
@@ -148,6 +154,7 @@ def main(argv: list[str] | None = None) -> int:
         schedules,
         suite,
         tasks,
+        throughput,
         waiting,
         wakeup,
     )
@@ -156,7 +163,7 @@ def main(argv: list[str] | None = None) -> int:
                   **tasks.BENCHMARKS, **waiting.BENCHMARKS, **schedules.BENCHMARKS,
                   **limits.BENCHMARKS, **latency.BENCHMARKS, **wakeup.BENCHMARKS,
                   **recovery.BENCHMARKS, **restart.BENCHMARKS,
-                  **scaleout.BENCHMARKS}
+                  **scaleout.BENCHMARKS, **throughput.BENCHMARKS}
 
     call_command("migrate", verbosity=0, interactive=False)
     meta = describe(db, args)
@@ -175,6 +182,8 @@ def main(argv: list[str] | None = None) -> int:
         notify_seconds=args.notify_seconds, recovery_rate=args.recovery_rate,
         recovery_seconds=args.recovery_seconds, restart_down=args.restart_down,
         scaleout_messages=args.scaleout_messages,
+        baseline_library=args.baseline_library,
+        throughput_messages=args.throughput_messages,
     )
     results: list[suite.Result] = []
     failures: list[str] = []

@@ -81,10 +81,12 @@ def bench_database() -> dict[str, object]:
 
 DATABASES = {"default": bench_database()}
 # The scaleout benchmark's second MariaDB server (clusters/mariadb.py), which it starts
-# itself; nothing connects to it unless a topic is placed there.
+# itself; nothing connects to it unless a topic is placed there. An empty
+# SQLQUEUE_BENCH_SECOND_URL leaves it out (the throughput benchmark runs earlier checkouts,
+# whose commands would check every alias).
 SECOND_DATABASE_URL = os.environ.get("SQLQUEUE_BENCH_SECOND_URL",
                                      "mysql://root@127.0.0.1:23306/test")
-if DATABASES["default"]["ENGINE"] == "django.db.backends.mysql":
+if DATABASES["default"]["ENGINE"] == "django.db.backends.mysql" and SECOND_DATABASE_URL:
     DATABASES["second"] = own_database(env.db_url_config(SECOND_DATABASE_URL), BENCH_DB_NAME,
                                        REPO_ROOT)
 

@@ -109,6 +109,8 @@ class Context:
     recovery_seconds: float = 60.0  # recovery: from the kill to the restart
     restart_down: float = 30.0  # restart: seconds the database server stays stopped
     scaleout_messages: int = 20_000  # scaleout: messages per topic per round
+    baseline_library: str | None = None  # throughput: an earlier checkout to compare with
+    throughput_messages: int = 20_000  # throughput: messages (and tasks) per drain
     workers: list[subprocess.Popen[bytes]] = field(default_factory=list)
     log: Callable[[str], None] = print
 
