@@ -140,6 +140,40 @@ def mark_successful(successes: Sequence[Success], finished_at: datetime, using: 
             )
 
 
+def insert_started(rows: Sequence[TaskResultRecord], using: str) -> None:
+    """Insert the result rows of first attempts, one multi-row INSERT per SUCCESS_BATCH.
+
+    Written by hand for the reason ``mark_successful`` is: ``bulk_create`` compiles the
+    same INSERT through the ORM, which cost the worker a fifth of its CPU per task.
+    """
+    if not rows:
+        return
+    connection = connections[using]
+    q = connection.ops.quote_name
+    fields = TaskResultRecord._meta.concrete_fields
+    columns = ", ".join(q(str(f.column)) for f in fields)
+    one = "(" + ", ".join(["%s"] * len(fields)) + ")"
+    for start in range(0, len(rows), SUCCESS_BATCH):
+        batch = rows[start:start + SUCCESS_BATCH]
+        params = [f.get_db_prep_save(getattr(row, f.attname), connection)
+                  for row in batch for f in fields]
+        with connection.cursor() as cursor:
+            cursor.execute(
+                f"INSERT INTO {q(TaskResultRecord._meta.db_table)} ({columns}) "  # noqa: S608 - names quoted, values bound
+                f"VALUES {', '.join([one] * len(batch))}", params)
+
+
+def copy_row(row: TaskResultRecord, **changes: Any) -> TaskResultRecord:
+    """A copy of ``row`` with ``changes``, made without ``Model.__init__`` (the worker
+    makes several per task): the same field values, a fresh unsaved state."""
+    copy = TaskResultRecord.__new__(TaskResultRecord)
+    copy.__dict__.update({f.attname: row.__dict__[f.attname] for f in _FIELDS})
+    copy._state = models.base.ModelState()
+    for name, value in changes.items():
+        setattr(copy, name, value)
+    return copy
+
+
 def _batches(successes: Sequence[Success]) -> list[Sequence[Success]]:
     """``successes`` in runs of at most SUCCESS_BATCH rows and SUCCESS_BATCH_BYTES of
     return values (a run holds one row at least)."""
@@ -165,3 +199,6 @@ def reopen_replayed_tasks(sender: object, replays: list[Any], using: str, **kwar
     if ids:
         TaskResultRecord.objects.using(using).filter(id__in=ids, status="FAILED").update(
             status="READY", finished_at=None)
+
+
+_FIELDS = TaskResultRecord._meta.concrete_fields

@@ -44,7 +44,7 @@ from ..consuming.registry import RecordedOutcome
 from ..exceptions import DeadLetter, Retry, SQLQueueError
 from ..logtext import loggable
 from ..models import TaskResultRecord
-from ..models.task_results import Success, mark_successful
+from ..models.task_results import Success, copy_row, insert_started, mark_successful
 from .compat import (
     TaskContext,
     normalize_json,
@@ -164,7 +164,7 @@ class TaskRunner:
                 row.save(update_fields=["worker_ids", "errors", "status", "started_at",
                                         "last_attempted_at", "finished_at"], using=using)
             started[_key(message)] = replace_row(_copy(row), started_at=first_start)
-        TaskResultRecord.objects.using(using).bulk_create(new)
+        insert_started(new, using)
         with self._lock:
             self._started.update(started)
             self._rejected.update(rejected)
@@ -338,11 +338,7 @@ def _copy(row: TaskResultRecord) -> TaskResultRecord:
     return replace_row(row, worker_ids=list(row.worker_ids), errors=list(row.errors))
 
 
-def replace_row(row: TaskResultRecord, **changes: Any) -> TaskResultRecord:
-    copy = TaskResultRecord(**{f.attname: getattr(row, f.attname) for f in row._meta.concrete_fields})
-    for name, value in changes.items():
-        setattr(copy, name, value)
-    return copy
+replace_row = copy_row  # a copy of a row with some fields changed
 
 
 def _import_task(path: str) -> Any:

@@ -32,7 +32,7 @@ from .isolation import Narrowing
 from .limits import LimitGate
 from .outcomes import Outcome
 from .partitions import Ident, Partition, by_subscription
-from .recording import record
+from .recording import Ledger, record
 from .results import CycleResult
 from .waiting import settle_parked
 from .window import Entry
@@ -80,14 +80,14 @@ class PollCycle:
                 self.gate.release(now_ms)  # before delivering: held ones may go
             if narrowing is not None and narrowing.doom is not None:
                 self._dead_letter(held, narrowing, result)
-            record(partitions, outcomes, lost, sitting_out, now_ms, result, self.using,
-                   self.dlq_suffix)
+            ledger = record(partitions, outcomes, lost, sitting_out, now_ms, result,
+                            self.using, self.dlq_suffix)
             settle_parked(held, now_ms, self.using)  # a settled key's next message goes now
             self._extend(held, now_ms, result, only)
             deliver(held, capacity, idle_threads, now_ms, result, self.clock, self.using,
                     self.dlq_suffix, self.gate, only)
             settle_parked(held, now_ms, self.using)
-            self._advance(held)
+            ledger.flush(self._advance(held, ledger))
             self._count(result, now_ms)
         return result
 
@@ -162,9 +162,12 @@ class PollCycle:
             for partition, entry in items:
                 partition.extended(entry.offset, until)
 
-    def _advance(self, partitions: list[Partition]) -> None:
+    def _advance(self, partitions: list[Partition],
+                 ledger: Ledger) -> dict[Subscriber, set[MessageRef]]:
         """Move watermarks past acked messages, drop the delivery rows they passed, and save
-        watermarks and read cursors, one statement per subscription for each."""
+        watermarks and read cursors, one statement per subscription for each. Returns
+        the rows of this cycle's acks it deleted (their acks need no write)."""
+        deleted: dict[Subscriber, set[MessageRef]] = {}
         for (group, topic), members in by_subscription(partitions).items():
             passed: dict[str, tuple[int, int]] = {}
             for partition in members:
@@ -173,8 +176,15 @@ class PollCycle:
                     passed[partition.number] = moved
             if passed:
                 offsets = QueueMessage.objects.offsets_between(topic, passed, self.using)
-                DeliveryState.objects.delete_acked(
-                    group, topic, [MessageRef(p, o) for p, o in offsets], self.using)
+                refs = {MessageRef(p, o) for p, o in offsets}
+                # This cycle's acks are not written yet: their rows go whatever they say.
+                # Every other row must say acked (a parked message the watermark passed
+                # keeps its row).
+                acked_now = refs.intersection(ledger.acked_refs(group, topic))
+                DeliveryState.objects.delete_refs(group, topic, sorted(acked_now), self.using)
+                DeliveryState.objects.delete_acked(group, topic, sorted(refs - acked_now),
+                                                   self.using)
+                deleted[(group, topic)] = acked_now
             unsaved = {p.number: Progress(p.watermark, p.cursor)
                        for p in members if not p.progress_saved}
             if unsaved:
@@ -182,6 +192,7 @@ class PollCycle:
                                                      self.using)
                 for partition in members:
                     partition.progress_written()
+        return deleted
 
 
 def _note_cancellations(partitions: list[Partition], counts: dict[Ident, int]) -> None:

@@ -1,8 +1,10 @@
 """Recording handlers' outcomes in the poll cycle's transaction: acks, retries, dead letters.
 
-Acks are batched into one statement per consumer group and topic; every other outcome
-writes at once, in a savepoint of its own, so one the database refuses is kept back
-without failing the cycle for every other partition.
+Acks are batched into one statement per consumer group and topic, written after the
+watermarks moved: an acked message the watermark passed in the same cycle only has its
+row deleted (strict partitions' acks go first, since the cycle reads them). Every other
+outcome writes at once, in a savepoint of its own, so one the database refuses is kept
+back without failing the cycle for every other partition.
 """
 
 from __future__ import annotations
@@ -10,6 +12,7 @@ from __future__ import annotations
 import json
 import logging
 from collections import defaultdict
+from collections.abc import Mapping
 
 from django.core.serializers.json import DjangoJSONEncoder
 from django.db import transaction
@@ -35,8 +38,10 @@ OUTCOME_ATTEMPTS = 3
 
 def record(partitions: dict[Ident, Partition], outcomes: list[Outcome], lost: set[Ident],
            sitting_out: set[Ident], now_ms: int, result: CycleResult, using: str,
-           dlq_suffix: str) -> None:
-    """Record the ``outcomes`` of held partitions; mark in ``result`` which are done."""
+           dlq_suffix: str) -> Ledger:
+    """Record the ``outcomes`` of held partitions; mark in ``result`` which are done.
+    Returns the ledger holding the acks, which the caller writes with
+    :meth:`Ledger.flush` once it knows which the watermarks passed."""
     ledger = Ledger(now_ms, using, dlq_suffix)
     for outcome in outcomes:
         partition = outcome.partition
@@ -64,9 +69,10 @@ def record(partitions: dict[Ident, Partition], outcomes: list[Outcome], lost: se
                 "partition=%s offset=%s", outcome.failures, partition.group,
                 partition.topic, partition.number, entry.offset,
             )
-    ledger.flush()
+    ledger.flush_strict()
     hooks.call(result.reports.values(), lambda report: report.recorded,
                lambda hooks_, recorded: hooks_.recorded(recorded, using))
+    return ledger
 
 
 def record_one(outcome: Outcome, ledger: Ledger, entry: Entry, partition: Partition,
@@ -116,9 +122,18 @@ class Ledger:
         self.using = using
         self.dlq_suffix = dlq_suffix
         self.acks: dict[tuple[str, str], list[MessageRef]] = defaultdict(list)
+        # Acks of strict partitions: written before the cycle goes on, since the cycle
+        # reads which of a key's messages are done from the rows (settle_parked).
+        self.strict_acks: dict[tuple[str, str], list[MessageRef]] = defaultdict(list)
 
     def ack(self, partition: Partition, ref: MessageRef) -> None:
-        self.acks[(partition.group, partition.topic)].append(ref)
+        acks = self.strict_acks if partition.strict else self.acks
+        acks[(partition.group, partition.topic)].append(ref)
+
+    def flush_strict(self) -> None:
+        for (group, topic), refs in self.strict_acks.items():
+            DeliveryState.objects.ack(group, topic, refs, self.using)
+        self.strict_acks.clear()
 
     def nack(self, partition: Partition, ref: MessageRef, due_ms: int, error: str) -> None:
         DeliveryState.objects.nack(partition.group, partition.topic, ref, due_ms, error,
@@ -131,9 +146,18 @@ class Ledger:
         DeliveryState.objects.undeliver(partition.group, partition.topic, ref, self.now_ms,
                                         self.using)
 
-    def flush(self) -> None:
+    def flush(self, deleted: Mapping[tuple[str, str], set[MessageRef]] | None = None) -> None:
+        """Write the acks, but for the rows in ``deleted``: the watermark passed those in
+        this cycle and their rows are gone, so marking them acked first would only cost a
+        write of every row the cycle finished."""
         for (group, topic), refs in self.acks.items():
+            gone = (deleted or {}).get((group, topic))
+            if gone:
+                refs = [ref for ref in refs if ref not in gone]
             DeliveryState.objects.ack(group, topic, refs, self.using)
+
+    def acked_refs(self, group: str, topic: str) -> list[MessageRef]:
+        return self.acks.get((group, topic), [])
 
 
 def _dead_letter_source(message: Message) -> DeadLetterSource:
