@@ -101,6 +101,55 @@ class DeliveryWrites(models.Manager[Any]):
             [invisible_until, storable_error(error), group, topic, *ref],
         )
 
+    def nack_many(self, group: str, topic: str,
+                  nacks: Sequence[tuple[MessageRef, int, str]], using: str) -> int:
+        """:meth:`nack` for several messages, each (ref, invisible_until, error), in one
+        statement."""
+        if not nacks:
+            return 0
+        connection = connections[using]
+        q = sqlb.quoter(connection)
+        until_sql = _case_value(connection, "invisible_until")
+        error_sql = _case_value(connection, "last_error")
+        until_cases = " ".join([f"WHEN %s THEN {until_sql}"] * len(nacks))
+        error_cases = " ".join([f"WHEN %s THEN {error_sql}"] * len(nacks))
+        params: list[object] = []
+        for ref, until, _ in nacks:
+            params += [ref.offset, until]
+        for ref, _, error in nacks:
+            params += [ref.offset, storable_error(error)]
+        where, where_params = refs_sql(q, [ref for ref, _, _ in nacks])
+        false = vendor.false_sql(connection)
+        return sqlb.execute(
+            connection,
+            f"UPDATE {sqlb.locked_table(connection, 'queue_delivery_state')} "  # noqa: S608 - names quoted, values bound
+            f"SET {q('invisible_until')} = CASE {q('message_offset')} {until_cases} END, "
+            f"{q('last_error')} = CASE {q('message_offset')} {error_cases} END, "
+            f"{q('in_flight')} = {false} "
+            f"WHERE {q('consumer_group')} = %s AND {q('topic')} = %s AND {where} "
+            f"AND {q('acked')} = {false}",
+            [*params, group, topic, *where_params],
+        )
+
+    def undeliver_many(self, group: str, topic: str, refs: Sequence[MessageRef], now_ms: int,
+                       using: str) -> int:
+        """:meth:`undeliver` for several messages in one statement."""
+        if not refs:
+            return 0
+        connection = connections[using]
+        q = sqlb.quoter(connection)
+        where, params = refs_sql(q, refs)
+        false = vendor.false_sql(connection)
+        return sqlb.execute(
+            connection,
+            f"UPDATE {sqlb.locked_table(connection, 'queue_delivery_state')} "  # noqa: S608 - names quoted, values bound
+            f"SET {q('invisible_until')} = %s, {q('retry_count')} = {q('retry_count')} - 1, "
+            f"{q('in_flight')} = {false} "
+            f"WHERE {q('consumer_group')} = %s AND {q('topic')} = %s AND {where} "
+            f"AND {q('acked')} = {false} AND {q('retry_count')} > {NEVER_DELIVERED}",
+            [now_ms, group, topic, *params],
+        )
+
     def undeliver(self, group: str, topic: str, ref: MessageRef, now_ms: int,
                   using: str) -> int:
         """Undo the latest delivery of an unacked message whose handler never started:
@@ -226,3 +275,13 @@ class DeliveryWrites(models.Manager[Any]):
         return sum(self.using(using).filter(consumer_group=group, topic=topic,
                                             message_offset__in=offsets).delete()[0]
                    for group in groups)
+
+
+def _case_value(connection: Any, column: str) -> str:
+    """The placeholder of a THEN value for ``column``: PostgreSQL types a bound parameter
+    in a CASE as text unless told (Django's bulk_update casts for the same reason)."""
+    if not connection.features.requires_casted_case_in_updates:
+        return "%s"
+    from .delivery import DeliveryState  # the model, defined after its managers
+
+    return f"CAST(%s AS {DeliveryState._meta.get_field(column).db_type(connection)})"

@@ -62,6 +62,8 @@ class Batch(NamedTuple):
     last_position: int | None  # the log head now; None when another process sequences
     more: bool  # committed messages may still wait (a full batch, or one cut short)
     unpartitioned: frozenset[str]  # topics met without a partition count, left waiting
+    # (topic, partition, highest position given) of each partition that got messages
+    heads: tuple[tuple[str, str, int], ...] = ()
 
 
 class _Waiting(NamedTuple):
@@ -250,7 +252,12 @@ def sequence_batch(conn: Connection, sequenced_by: str = "", *,
             advance(conn, last + len(assignments), sequenced_by)
     _warn_unpartitioned(unpartitioned)
     more = len(waiting) == limit or len(assignments) < len(wanted)
-    return Batch(len(assignments), last + len(assignments), more, unpartitioned)
+    heads: dict[tuple[str, str], int] = {}
+    for row, (_, position, partition) in zip(wanted, assignments, strict=False):
+        heads[(row.topic, partition)] = position  # ascending: the last one is the highest
+    return Batch(len(assignments), last + len(assignments), more, unpartitioned,
+                 tuple((topic, partition, position)
+                       for (topic, partition), position in heads.items()))
 
 
 def sequence_all(conn: Connection, sequenced_by: str = "", *,

@@ -160,7 +160,7 @@ class InlineWorker:
         self.controls.note_version(controls)
         self._unsequenced = False
         if pending:
-            head, self._unsequenced = sequence_backlog(head, self.using, self.name)
+            head, self._unsequenced, _, _ = sequence_backlog(head, self.using, self.name)
         if time.monotonic() >= self._next_renewal:
             # Leases are kept by the real clock: only delivery times move with the test's.
             self.leasing.maintain(self.clock.real_ms())

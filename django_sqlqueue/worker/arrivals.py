@@ -4,6 +4,7 @@ messages told so (a partition with nothing new and nothing due needs no poll cyc
 from __future__ import annotations
 
 from collections.abc import Iterable
+from typing import NamedTuple
 
 from django.db import DatabaseError
 
@@ -15,8 +16,19 @@ from .partitions import Ident, Partition
 SEQUENCE_ROUNDS = 5  # sequencing transactions at most per poll
 
 
+class Backlog(NamedTuple):
+    """What sequencing the backlog did in one poll."""
+
+    head: int  # the log head now
+    pending: bool  # committed messages may still wait
+    # The log head before this poll's batches, when they numbered every position from it
+    # to ``head`` (no other worker numbered any in between); None otherwise.
+    since: int | None = None
+    heads: tuple[tuple[str, str, int], ...] = ()  # see Batch.heads, over the batches
+
+
 def sequence_backlog(head: int, using: str, worker_name: str,
-                     wait: bool = False) -> tuple[int, bool]:
+                     wait: bool = False) -> Backlog:
     """Sequence the backlog, a few batches per poll; return the new log head and whether
     committed messages may still wait (another worker is sequencing, or more than this
     poll's rounds were waiting).
@@ -25,6 +37,9 @@ def sequence_backlog(head: int, using: str, worker_name: str,
     another worker's sequencing is waited for, a few milliseconds, and what it left is
     sequenced here: the positions are then known in this poll rather than the next.
     """
+    since: int | None = None
+    chained = True  # every batch began where the one before it ended
+    heads: dict[tuple[str, str], int] = {}
     for _ in range(SEQUENCE_ROUNDS):
         try:
             batch = sequence_once(using, worker_name, wait=wait)
@@ -33,13 +48,27 @@ def sequence_backlog(head: int, using: str, worker_name: str,
                 raise
             # Held longer than the session's lock wait (an operator's repartition): go on
             # as a busy sequencer would have it.
-            return head, True
+            return Backlog(head, True)
         if batch.last_position is None:
-            return head, True
+            return Backlog(head, True)
+        began = batch.last_position - batch.positioned
+        if since is None:
+            since = began
+        elif began != head:
+            chained = False
         head = max(head, batch.last_position)
+        for topic, partition, position in batch.heads:
+            heads[(topic, partition)] = position
         if not batch.more or batch.positioned == 0:
-            return head, batch.more
-    return head, True
+            return _backlog(head, batch.more, since if chained else None, heads)
+    return _backlog(head, True, since if chained else None, heads)
+
+
+def _backlog(head: int, pending: bool, since: int | None,
+             heads: dict[tuple[str, str], int]) -> Backlog:
+    return Backlog(head, pending, since,
+                   tuple((topic, partition, position)
+                         for (topic, partition), position in heads.items()))
 
 
 def note_new_messages(partitions: dict[Ident, Partition], seen: int, head: int,

@@ -50,10 +50,17 @@ class Outcome:
     counts: ClassVar[tuple[int, int]] = (0, 0)
     # The signal (a name in django_sqlqueue.signals) announcing it once recorded; '' for none.
     signal: ClassVar[str] = ""
+    # The kind of statement several outcomes of a subscription are written with together
+    # (see recording.write_batches), '' for none; ``written`` then does the rest.
+    batch: ClassVar[str] = ""
     # Cycles whose attempt to record it failed (see recording.record_one).
     failures: int = field(default=0, compare=False, repr=False)
 
     def record(self, ledger: Ledger, entry: Entry, ref: MessageRef) -> None:
+        raise NotImplementedError
+
+    def written(self, ledger: Ledger, entry: Entry) -> None:
+        """What recording does besides the write, once a batch wrote it."""
         raise NotImplementedError
 
     def signal_arguments(self) -> dict[str, Any]:
@@ -83,10 +90,17 @@ class Retried(Outcome):
     counts: ClassVar[tuple[int, int]] = (0, 1)
     signal: ClassVar[str] = "message_nacked"
 
+    batch: ClassVar[str] = "nack"
+
+    def due_ms(self, now_ms: int) -> int:
+        return now_ms + int(self.delay * 1000)
+
     def record(self, ledger: Ledger, entry: Entry, ref: MessageRef) -> None:
-        due = ledger.now_ms + int(self.delay * 1000)
-        ledger.nack(self.partition, ref, due, self.error)
-        self.partition.retry_at(entry, due, self.error)
+        ledger.nack(self.partition, ref, self.due_ms(ledger.now_ms), self.error)
+        self.written(ledger, entry)
+
+    def written(self, ledger: Ledger, entry: Entry) -> None:
+        self.partition.retry_at(entry, self.due_ms(ledger.now_ms), self.error)
 
     def signal_arguments(self) -> dict[str, Any]:
         return {"delay": self.delay, "error": self.error}
@@ -101,8 +115,13 @@ class NotStarted(Outcome):
 
     # No signal: nothing happened to announce.
 
+    batch: ClassVar[str] = "undeliver"
+
     def record(self, ledger: Ledger, entry: Entry, ref: MessageRef) -> None:
         ledger.undeliver(self.partition, ref)
+        self.written(ledger, entry)
+
+    def written(self, ledger: Ledger, entry: Entry) -> None:
         entry.attempts -= 1
         self.partition.retry_at(entry, ledger.now_ms, entry.last_error)
 

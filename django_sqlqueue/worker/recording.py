@@ -43,6 +43,7 @@ def record(partitions: dict[Ident, Partition], outcomes: list[Outcome], lost: se
     Returns the ledger holding the acks, which the caller writes with
     :meth:`Ledger.flush` once it knows which the watermarks passed."""
     ledger = Ledger(now_ms, using, dlq_suffix)
+    recordable: list[tuple[Outcome, Entry, Partition]] = []
     for outcome in outcomes:
         partition = outcome.partition
         if partition.ident in sitting_out and partitions.get(partition.ident) is partition:
@@ -58,7 +59,13 @@ def record(partitions: dict[Ident, Partition], outcomes: list[Outcome], lost: se
         if outcome.message.attempt < entry.attempts and not outcome.stands_when_superseded:
             result.done.append(outcome)
             continue  # a newer delivery of it is running; that one decides
-        if record_one(outcome, ledger, entry, partition, using):
+        recordable.append((outcome, entry, partition))
+    batched = write_batches(recordable, ledger, using)
+    for outcome, entry, partition in recordable:
+        if id(outcome) not in batched and partition.entry_for(outcome.message) is not entry:
+            result.done.append(outcome)
+            continue  # another outcome of the same message settled it just now
+        if id(outcome) in batched or record_one(outcome, ledger, entry, partition, using):
             result.done.append(outcome)
             result.report(partition).recorded.append(outcome)
         elif outcome.failures >= OUTCOME_ATTEMPTS:
@@ -73,6 +80,41 @@ def record(partitions: dict[Ident, Partition], outcomes: list[Outcome], lost: se
     hooks.call(result.reports.values(), lambda report: report.recorded,
                lambda hooks_, recorded: hooks_.recorded(recorded, using))
     return ledger
+
+
+def write_batches(recordable: list[tuple[Outcome, Entry, Partition]], ledger: Ledger,
+                  using: str) -> set[int]:
+    """Write the outcomes that batch (retries, undone deliveries) in one statement per
+    kind and subscription, each statement in a savepoint; return the ids of the outcomes
+    written. A statement the database refuses leaves its outcomes to :func:`record_one`,
+    one savepoint each, which keeps back only the one it cannot write."""
+    batches: dict[tuple[str, str, str], list[tuple[Outcome, Entry, Partition]]] = defaultdict(list)
+    for item in recordable:
+        outcome, _, partition = item
+        if outcome.batch and outcome.writes_now:
+            batches[(outcome.batch, partition.group, partition.topic)].append(item)
+    written: set[int] = set()
+    for (kind, group, topic), items in batches.items():
+        if len(items) < 2:
+            continue  # one alone costs the same either way
+        try:
+            with transaction.atomic(using=using):
+                if kind == "nack":
+                    DeliveryState.objects.nack_many(group, topic, [
+                        (p.ref(e.offset), o.due_ms(ledger.now_ms), o.error)  # type: ignore[attr-defined]
+                        for o, e, p in items], using)
+                else:
+                    DeliveryState.objects.undeliver_many(
+                        group, topic, [p.ref(e.offset) for _, e, p in items], ledger.now_ms,
+                        using)
+        except Exception as exc:
+            if is_transient(exc):
+                raise  # contention or a lost connection: the whole cycle is retried
+            continue
+        for outcome, entry, _ in items:
+            outcome.written(ledger, entry)
+            written.add(id(outcome))
+    return written
 
 
 def record_one(outcome: Outcome, ledger: Ledger, entry: Entry, partition: Partition,
