@@ -11,7 +11,7 @@ from django.db import connections, models
 
 from ..db import sql as sqlb
 from ..db import vendor
-from .delivery_rows import CancelView, DeliveryRow, MessageRef, ReadRow, refs_sql
+from .delivery_rows import CancelView, DeliveryRow, MessageRef, ReadRow
 from .messages import message_row, select_columns
 
 
@@ -27,21 +27,26 @@ class DeliveryReads(models.Manager[Any]):
         Above a partition's read cursor a group normally has no delivery rows; where it
         has (parked messages read again after a restart, state migrated from an earlier
         schema, or an operator made a delayed message due), they are honoured, not
-        overwritten. MariaDB/MySQL and SQLite join them by primary key in the same
-        statement. PostgreSQL reads them by primary key in a second statement: joined,
-        with stale statistics it read every row of the partition (parked ones included)
-        per message.
+        overwritten. They are joined by primary key in the same statement. On PostgreSQL
+        the join is LATERAL, and its LIMIT keeps the planner from flattening it, which pins
+        it to one primary-key lookup per message read: a plain join, with stale statistics,
+        read every row of the partition (parked ones included) per message.
         """
         connection = connections[using]
         q = sqlb.quoter(connection)
-        joined = connection.vendor != "postgresql"
         delivery_columns = (
             f", d.{q('acked')}, d.{q('retry_count')}, d.{q('invisible_until')}, "
-            f"d.{q('last_error')} " if joined else " ")
-        delivery_join = (
-            f"LEFT JOIN {q('queue_delivery_state')} d ON d.{q('consumer_group')} = %s "
-            f"AND d.{q('topic')} = m.{q('topic')} AND d.{q('partition_key')} = m.{q('partition_key')} "
-            f"AND d.{q('message_offset')} = m.{q('offset')} " if joined else "")
+            f"d.{q('last_error')} ")
+        match = (f"d.{q('consumer_group')} = %s AND d.{q('topic')} = m.{q('topic')} "
+                 f"AND d.{q('partition_key')} = m.{q('partition_key')} "
+                 f"AND d.{q('message_offset')} = m.{q('offset')}")
+        if connection.vendor == "postgresql":
+            delivery_join = (
+                f"LEFT JOIN LATERAL (SELECT d.{q('acked')}, d.{q('retry_count')}, "  # noqa: S608 - names quoted, values bound
+                f"d.{q('invisible_until')}, d.{q('last_error')} "
+                f"FROM {q('queue_delivery_state')} d WHERE {match} LIMIT 1) d ON TRUE ")
+        else:
+            delivery_join = f"LEFT JOIN {q('queue_delivery_state')} d ON {match} "
         branch = (
             f"SELECT m.{q('partition_key')} AS part, {select_columns(connection, 'm')}"  # noqa: S608 - names quoted, values bound
             f"{delivery_columns}FROM {q('queue_messages')} m {delivery_join}"
@@ -53,44 +58,15 @@ class DeliveryReads(models.Manager[Any]):
             params: list[Any] = []
             for partition in partitions:
                 cursor, limit = ranges[partition]
-                params += [*([group] if joined else []), topic, partition, cursor, limit]
+                params += [group, topic, partition, cursor, limit]
             for values in sqlb.fetch_all(connection, sqlb.union_all([branch] * len(partitions)),
                                          params):
-                if joined:
-                    partition, *message, acked, retries, invisible, error = values
-                    delivery = None if acked is None else DeliveryRow(
-                        bool(acked), int(retries), int(invisible), error or "")
-                else:
-                    partition, *message = values
-                    delivery = None
+                partition, *message, acked, retries, invisible, error = values
+                delivery = None if acked is None else DeliveryRow(
+                    bool(acked), int(retries), int(invisible), error or "")
                 result.append(ReadRow(partition, message_row(message), delivery))
-        if not joined:
-            states = self._states(connection, group, topic,
-                                  [MessageRef(row.partition, row.message.offset) for row in result])
-            result = [ReadRow(row.partition, row.message,
-                              states.get(MessageRef(row.partition, row.message.offset)))
-                      for row in result]
         result.sort(key=lambda row: row.message.position or 0)
         return result
-
-    def _states(self, connection: Any, group: str, topic: str, refs: Sequence[MessageRef]
-                ) -> dict[MessageRef, DeliveryRow]:
-        """The group's delivery rows of ``refs``, by primary key."""
-        q = sqlb.quoter(connection)
-        states: dict[MessageRef, DeliveryRow] = {}
-        for batch in sqlb.chunks(list(refs), 500):
-            where, params = refs_sql(q, batch)
-            for partition, offset, acked, retries, invisible, error in sqlb.fetch_all(
-                connection,
-                f"SELECT {q('partition_key')}, {q('message_offset')}, {q('acked')}, "  # noqa: S608 - names quoted, values bound
-                f"{q('retry_count')}, {q('invisible_until')}, {q('last_error')} "
-                f"FROM {q('queue_delivery_state')} WHERE {q('consumer_group')} = %s "
-                f"AND {q('topic')} = %s AND {where}",
-                [group, topic, *params],
-            ):
-                states[MessageRef(partition, int(offset))] = DeliveryRow(
-                    bool(acked), int(retries), int(invisible), error or "")
-        return states
 
     def unacked_window(
         self, group: str, topic: str, windows: Mapping[str, tuple[int, int]], using: str,
