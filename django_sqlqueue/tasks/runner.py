@@ -163,7 +163,7 @@ class TaskRunner:
             if row.id not in created:
                 row.save(update_fields=["worker_ids", "errors", "status", "started_at",
                                         "last_attempted_at", "finished_at"], using=using)
-            started[_key(message)] = replace_row(_copy(row), started_at=first_start)
+            started[_key(message)] = _copy(row, started_at=first_start)
         insert_started(new, using)
         with self._lock:
             self._started.update(started)
@@ -266,7 +266,8 @@ class TaskRunner:
             return  # SUCCESSFUL already
         # The attempt starts now (a batch handed out together starts as threads come free).
         start = timezone.now()
-        row = replace_row(row, started_at=row.started_at or start, last_attempted_at=start)
+        # The snapshot handed_out made is this attempt's own: set its start in place.
+        row.started_at, row.last_attempted_at = row.started_at or start, start
         backend: Any = task_backends[row.backend]
         task = _import_task(row.task_path)
         if task is None:
@@ -333,9 +334,9 @@ def _identity(payload: TaskPayload | InvalidTaskPayload) -> TaskIdentity:
     return identity
 
 
-def _copy(row: TaskResultRecord) -> TaskResultRecord:
-    """A snapshot of ``row`` that later changes to the row leave alone."""
-    return replace_row(row, worker_ids=list(row.worker_ids), errors=list(row.errors))
+def _copy(row: TaskResultRecord, **changes: Any) -> TaskResultRecord:
+    """A snapshot of ``row`` (with ``changes``) that later changes to the row leave alone."""
+    return replace_row(row, worker_ids=list(row.worker_ids), errors=list(row.errors), **changes)
 
 
 replace_row = copy_row  # a copy of a row with some fields changed

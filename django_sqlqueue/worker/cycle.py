@@ -4,7 +4,8 @@ Order inside the transaction, all on partitions the worker still owns:
 fence (share-lock own leases) → rebuild the windows of newly taken partitions → record
 handler outcomes (acks, nacks, dead letters) → extend visibility of long-running messages
 → hand out what is due and read new messages, within the worker's free capacity → advance
-watermarks and drop the delivery rows they passed → save watermarks and read cursors.
+watermarks, drop the delivery rows they passed, save watermarks and read cursors → write
+the acks the watermarks did not pass (a passed one's row is gone already).
 Messages are handed to handlers only after the transaction commits.
 
 The cycle changes the partitions' in-memory state as it goes. If the transaction fails,
