@@ -196,18 +196,15 @@ def _side_main(kind: str, count: int, tag: str) -> dict[str, Any]:
 def _fill(kind: str, count: int) -> None:
     from django.db import transaction
 
-    import django_sqlqueue
-
     if kind == "messages":
         suite.publish_in_batches("bench", count, lambda i: f"k{i % suite.E2E_KEYS}")
         return
-    from benchmarks.benchapp.tasks import noop  # type: ignore[attr-defined]
+    from benchmarks.benchapp.tasks import noop
 
     for start in range(0, count, 1000):
         with transaction.atomic():
             for _ in range(min(1000, count - start)):
                 noop.enqueue()
-    del django_sqlqueue
 
 
 def _watermarks(group: str, topic: str) -> dict[str, int]:
