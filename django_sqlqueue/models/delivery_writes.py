@@ -277,11 +277,14 @@ class DeliveryWrites(models.Manager[Any]):
                    for group in groups)
 
 
+# The types of the columns a CASE sets (see _case_value), as the model declares them.
+_CASE_TYPES: dict[str, models.Field[Any, Any]] = {
+    "invisible_until": models.BigIntegerField(), "last_error": models.TextField()}
+
+
 def _case_value(connection: Any, column: str) -> str:
     """The placeholder of a THEN value for ``column``: PostgreSQL types a bound parameter
     in a CASE as text unless told (Django's bulk_update casts for the same reason)."""
     if not connection.features.requires_casted_case_in_updates:
         return "%s"
-    from .delivery import DeliveryState  # the model, defined after its managers
-
-    return f"CAST(%s AS {DeliveryState._meta.get_field(column).db_type(connection)})"
+    return f"CAST(%s AS {_CASE_TYPES[column].db_type(connection)})"

@@ -30,7 +30,7 @@ from ..db.vendor import has_row_locks
 from ..models import GroupControl, LogSequencer
 from ..models.fields import SUBSCRIBER_NAME_LENGTH
 from . import attention
-from .arrivals import Backlog, note_heads, note_new_messages, sequence_backlog
+from .arrivals import Backlog, note_new_messages, sequence_backlog
 from .burst import REMAINING_CAP as BURST_REMAINING_CAP
 from .burst import Burst
 from .clock import DatabaseClock
@@ -248,10 +248,8 @@ class Worker:
             self.using, GroupControl.objects.version_sql(connections[self.using]))
         self.clock.sync(db_now)
         self.controls.note_version(controls)
-        backlog = None
-        if pending:
-            backlog = sequence_backlog(head, self.using, self.name, wait=self._idle())
-            head, pending = backlog.head, backlog.pending
+        backlog = sequence_backlog(head, self.using, self.name, wait=self._idle()) if pending else None
+        head, pending = (backlog.head, backlog.pending) if backlog else (head, pending)
         now = time.monotonic()
         now_ms = self.clock.now_ms()
         if now >= self._next_maintain or self.leasing.liveness_changed():
@@ -384,14 +382,8 @@ class Worker:
     def _note_new_messages(self, head: int, backlog: Backlog | None = None) -> None:
         if self._seen_head is None or head <= self._seen_head:
             return
-        if backlog is not None and backlog.since == self._seen_head and backlog.head == head:
-            # This poll numbered every position since the last one seen: it knows which
-            # partitions got them without reading the log again (a round trip less
-            # between a commit and its handler).
-            note_heads(self.partitions, backlog.heads, self.groups_by_topic)
-        else:
-            note_new_messages(self.partitions, self._seen_head, head, self.topics,
-                              self.groups_by_topic, self.using)
+        note_new_messages(self.partitions, self._seen_head, head, self.topics,
+                          self.groups_by_topic, self.using, backlog)
         # Only now: had the read failed, the next poll must read these positions again.
         self._seen_head = head
 
