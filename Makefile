@@ -15,6 +15,9 @@
 #   make test-compat   only the Python 3.11 + Django 5.2 run, on all three backends
 #   make test-wheel    build the sdist and the wheel, install the wheel into a fresh
 #                      virtualenv and run the example project on it (SQLite)
+#   make test-durations  keep the last make test's time per test file in
+#                      tests/durations.json (tests/shard.py deals each backend's suite
+#                      into parts of about equal time by them)
 #   make lint          ruff + mypy
 #   make docs          build the documentation site into site/ (MkDocs, strict: a broken
 #                      link or reference fails); make docs-serve serves it on DOCS_ADDRESS
@@ -195,7 +198,7 @@ endef
 
 # --------------------------------------------------------------------------- targets
 
-.PHONY: help demo demo-embedded admin test venvs test-matrix test-full test-backends test-compat test-wheel lint check-migrations bench bench-spark chaos chaos-short pgbouncer pgbouncer-stop provision clean FORCE
+.PHONY: help demo demo-embedded admin test venvs test-matrix test-durations test-full test-backends test-compat test-wheel lint check-migrations bench bench-spark chaos chaos-short pgbouncer pgbouncer-stop provision clean FORCE
 .PHONY: cluster-pg cluster-pg-stop cluster-galera cluster-galera-stop mariadb-second mariadb-second-stop
 .PHONY: chaos-failover chaos-failover-short chaos-galera-spread test-chaos-runs
 .PHONY: docs docs-serve docs-check
@@ -354,12 +357,13 @@ DOCS_SUITE = The documentation: strict build and samples=!$(NICED) $(MAKE) --no-
 # the SQLite file sqlqueue-<k>.sqlite3), which .ci/provision creates.
 TEST_SHARDS ?= 2
 SHARD_NUMBERS = $(shell seq 1 $(TEST_SHARDS))
-shard_files = $(if $(filter-out 1,$(TEST_SHARDS)),$(shell $(BASE_PYTHON) tests/shard.py $(TEST_SHARDS) $(1)))
+shard_files = $(if $(filter-out 1,$(TEST_SHARDS)),$(shell $(BASE_PYTHON) tests/shard.py $(TEST_SHARDS) $(2) $(1)))
 shard_url = $(if $(filter 1,$(2)),$(call backend_url,$(1)),$(if $(filter sqlite,$(1)),sqlite:///$(TEST_DATA)/sqlqueue-$(2).sqlite3,$(call backend_url,$(1))$(2)))
 
 # $(call suite,<title>,<python>,<url>,<pytest args>): one argument of tests/matrix.py.
 suite = '$(1)=$(2)|$(3)|$(4)'
 backend_url = $(if $(filter sqlite,$(1)),$(SQLITE_URL),$(if $(filter mysql,$(1)),$(MYSQL_URL),$(POSTGRES_URL)))
+backend_slug = $(if $(filter sqlite,$(1)),sqlite,$(if $(filter mysql,$(1)),mariadb,postgresql))
 backend_name = $(if $(filter sqlite,$(1)),SQLite,$(if $(filter mysql,$(1)),MariaDB,PostgreSQL))
 compat_url = $(if $(filter sqlite,$(1)),$(COMPAT_SQLITE_URL),$(if $(filter mysql,$(1)),$(COMPAT_MYSQL_URL),$(COMPAT_POSTGRES_URL)))
 # Under CI=true the Python 3.11 run goes along: in full on SQLite, and on the servers the
@@ -382,11 +386,17 @@ test-matrix: $(VENV)/.stamp-spark $(VENV)/.stamp-docs $(if $(IS_CI),$(COMPAT_VEN
 	@echo "sqlqueue: [$$(date +%T)] $@"
 	@mkdir -p $(TEST_DATA)
 	$(PY) -m tests.matrix \
-	  $(foreach b,$(BACKENDS),$(foreach k,$(SHARD_NUMBERS),$(call suite,Python $(BASE_VERSION) / Django $(DJANGO_SERIES): $(call backend_name,$(b))$(if $(filter-out 1,$(TEST_SHARDS)), (part $(k) of $(TEST_SHARDS))),$(NICED) $(PY),$(call shard_url,$(b),$(k)),-m "not spark" --durations=15 $(call shard_files,$(k)) $(PYTEST_ARGS)))) \
+	  $(foreach b,$(BACKENDS),$(foreach k,$(SHARD_NUMBERS),$(call suite,Python $(BASE_VERSION) / Django $(DJANGO_SERIES): $(call backend_name,$(b))$(if $(filter-out 1,$(TEST_SHARDS)), (part $(k) of $(TEST_SHARDS))),$(NICED) $(PY),$(call shard_url,$(b),$(k)),-m "not spark" --durations=15 $(call shard_files,$(b),$(k)) $(PYTEST_ARGS)))) \
 	  $(SPARK_SUITE) \
 	  $(COMPAT_SUITES) \
 	  '$(DOCS_SUITE)' \
 	  '$(WHEEL_SUITE)'
+
+# The last make test's time per test file, kept for tests/shard.py: each backend's parts
+# (tests/matrix.py has every suite write its files' times next to its log).
+test-durations:
+	@$(foreach b,$(BACKENDS),$(BASE_PYTHON) tests/file_times.py record $(b) \
+	  $(foreach k,$(SHARD_NUMBERS),$(TEST_DATA)/logs/python-$(subst .,-,$(BASE_VERSION))---django-$(subst .,-,$(DJANGO_SERIES))--$(call backend_slug,$(b))$(if $(filter-out 1,$(TEST_SHARDS)),--part-$(k)-of-$(TEST_SHARDS)).times.json) &&) true
 
 # The whole matrix, one run after another, as a release wants it.
 test-full: lint check-migrations test-wheel test-backends $(if $(filter mysql,$(BACKENDS)),chaos-short) test-compat

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 from hypothesis import HealthCheck, settings
 
-from tests import backends, launcher_client
+from tests import backends, file_times, launcher_client
 
 # --------------------------------------------------------------------------- hypothesis
 #
@@ -90,11 +90,29 @@ def _owed_notifications_sent():
     notify.close()
 
 
+# --------------------------------------------------------------------------- file times
+#
+# With SQLQUEUE_TEST_TIMES set (tests/matrix.py sets it for every suite), each test file's
+# wall time (setup, call and teardown of its tests) is written there as JSON when the
+# session ends: tests/shard.py deals a backend's files into parts by these times.
+
+_FILE_TIMES_PATH = os.environ.get("SQLQUEUE_TEST_TIMES", "")
+_file_seconds: dict[str, float] = {}
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    if _FILE_TIMES_PATH:
+        path = report.nodeid.split("::", 1)[0]
+        _file_seconds[path] = _file_seconds.get(path, 0.0) + report.duration
+
+
 # --------------------------------------------------------------------------- worker launcher
 
 
 def pytest_sessionfinish(session: pytest.Session) -> None:
     launcher_client.stop()
+    if _FILE_TIMES_PATH:
+        file_times.write(_FILE_TIMES_PATH, _file_seconds)
 
 
 def pytest_terminal_summary(terminalreporter: Any) -> None:

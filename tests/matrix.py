@@ -86,6 +86,8 @@ def start(suite: Suite) -> None:
     slug = "".join(c if c.isalnum() else "-" for c in suite.title.lower()).strip("-")
     suite.log = LOG_DIR / f"{slug}.log"
     command = suite.command or [*shlex.split(suite.python), "-m", "pytest", *suite.pytest_args]
+    if suite.command is None:  # each test file's time, for tests/shard.py (make test-durations)
+        env["SQLQUEUE_TEST_TIMES"] = str(LOG_DIR / f"{slug}.times.json")
     print(f"matrix: {suite.title}: started ({suite.database_url or shlex.join(command)})",
           flush=True)
     suite.started = time.monotonic()
