@@ -1,9 +1,12 @@
-"""Retries recorded together: one statement per subscription and cycle, each row its own.
+"""Retries and dead letters recorded together: one statement per subscription and cycle,
+each row its own.
 
 A poll cycle writes the retries its handlers asked for in one UPDATE per consumer group and
-topic, each message with its own due time and error. If the database refuses that statement,
-the cycle writes them one by one (each in a savepoint), so only the message the database
-refuses is kept back and every other retry is recorded.
+topic, each message with its own due time and error, and its dead letters in one INSERT of
+copies and one UPDATE of delivery rows, each copy with its own error, attempts and origin.
+If the database refuses such a statement, the cycle writes them one by one (each in a
+savepoint), so only the message the database refuses is kept back and every other outcome
+is recorded.
 """
 
 from __future__ import annotations
@@ -11,7 +14,7 @@ from __future__ import annotations
 import pytest
 
 import django_sqlqueue as sqlqueue
-from django_sqlqueue.models import DeadLetter, DeliveryState
+from django_sqlqueue.models import DeadLetter, DeliveryState, QueueMessage
 from tests.refusals import contains, refusing
 from tests.testapp.models import Handled
 from tests.worker_harness import wait_until, worker_pool
@@ -100,3 +103,63 @@ def test_a_retry_the_database_refuses_keeps_back_only_itself(workers):
         # The refused one ran once: its retry could not be written, so it waits out its
         # visibility timeout (30 s) before it runs again.
         assert [a for a, _ in runs[refused]] == [1]
+
+
+def test_dead_letters_recorded_together_keep_each_copy_its_own_error_and_origin(workers):
+    published = sqlqueue.publish_many("hostile", [
+        {"payload": {"error": f"broken number {n:02d}"}, "key": f"k{n % 7}", "id": f"order-{n}"}
+        for n in range(COUNT)])
+    worker = workers.start("doomed", "--topic", "hostile", "--group", "billing",
+                           "--concurrency", "32")
+    copies = wait_until(
+        lambda: (found := list(QueueMessage.objects.filter(topic="hostile_dlq")))
+        and len(found) == COUNT and found,
+        timeout=60, what="every message dead-lettered", watch=[worker])
+    by_origin = {copy.original_offset: copy for copy in copies}
+    for n, message in enumerate(published):
+        copy = by_origin[message.offset]
+        errors = [e for e in (f"broken number {m:02d}" for m in range(COUNT)) if e in copy.last_error]
+        assert errors == [f"broken number {n:02d}"], (n, copy.last_error)
+        assert (copy.failure_count, copy.original_id, copy.original_topic) == (
+            3, f"order-{n}", "hostile"), n
+        assert (copy.message_key, copy.payload, copy.consumer_group) == (
+            f"k{n % 7}", {"error": f"broken number {n:02d}"}, "billing"), n
+        assert copy.message_id == f"billing:{message.offset}"
+
+
+def test_dead_letters_whose_originals_were_collected_are_each_written_from_the_delivery(workers):
+    published = sqlqueue.publish_many("vanishing", [
+        {"payload": {"order": n}, "key": f"c-{n}", "id": f"order-{n}"} for n in range(20)])
+    worker = workers.start("vanishing", "--topic", "vanishing", "--concurrency", "32")
+    copies = wait_until(
+        lambda: (found := list(QueueMessage.objects.filter(topic="vanishing_dlq")))
+        and len(found) == len(published) and found,
+        timeout=30, what="every message dead-lettered", watch=[worker])
+    by_origin = {copy.original_offset: copy for copy in copies}
+    for n, message in enumerate(published):
+        copy = by_origin[message.offset]
+        assert (copy.payload, copy.message_key, copy.original_id) == (
+            {"order": n}, f"c-{n}", f"order-{n}")
+        assert "gone" in copy.last_error
+    assert not QueueMessage.objects.filter(topic="vanishing").exists()
+
+
+def test_a_dead_letter_the_database_refuses_keeps_back_only_itself(workers):
+    published = sqlqueue.publish_many("hostile", [
+        {"payload": {"error": "refuse-me" if n == 7 else f"plain {n}"}, "key": f"k{n}"}
+        for n in range(20)])
+    refused = published[7].offset
+    others = {m.offset for m in published} - {refused}
+    with refusing("sqlqueue_test_refused_dead_letter", "queue_messages", "INSERT",
+                  contains("last_error", "refuse-me")):
+        worker = workers.start("refusing", "--topic", "hostile", "--group", "billing",
+                               "--concurrency", "32")
+        wait_until(lambda: set(DeadLetter.objects.filter(original_topic="hostile")
+                               .values_list("original_offset", flat=True)) >= others,
+                   timeout=30, what="the 19 others dead-lettered", watch=[worker])
+        # The refused one's copy could not be written: it is not acked either, so it
+        # runs again once its visibility runs out, and nothing is lost.
+        assert not DeadLetter.objects.filter(original_offset=refused).exists()
+        row = DeliveryState.objects.get(topic="hostile", consumer_group="billing",
+                                        message_offset=refused)
+        assert not row.acked

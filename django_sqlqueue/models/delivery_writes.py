@@ -86,6 +86,29 @@ class DeliveryWrites(models.Manager[Any]):
             ([storable_error(error)] if error else []) + [group, topic, *params],
         )
 
+    def ack_failed(self, group: str, topic: str, failures: Sequence[tuple[MessageRef, str]],
+                   using: str) -> int:
+        """:meth:`ack` with an error for several messages (dead-lettered), each (ref,
+        error), in one statement."""
+        if not failures:
+            return 0
+        connection = connections[using]
+        q = sqlb.quoter(connection)
+        error_sql = _case_value(connection, "last_error")
+        cases = " ".join([f"WHEN %s THEN {error_sql}"] * len(failures))
+        params: list[object] = []
+        for ref, error in failures:
+            params += [ref.offset, storable_error(error or "dead-lettered")]
+        where, where_params = refs_sql(q, [ref for ref, _ in failures])
+        return sqlb.execute(
+            connection,
+            f"UPDATE {sqlb.locked_table(connection, 'queue_delivery_state')} "  # noqa: S608 - names quoted, values bound
+            f"SET {q('acked')} = {vendor.true_sql(connection)}, "
+            f"{q('last_error')} = CASE {q('message_offset')} {cases} END "
+            f"WHERE {q('consumer_group')} = %s AND {q('topic')} = %s AND {where}",
+            [*params, group, topic, *where_params],
+        )
+
     def nack(self, group: str, topic: str, ref: MessageRef, invisible_until: int, error: str,
              using: str) -> int:
         """Make an unacked message visible again at ``invisible_until`` (non-blocking retry)."""

@@ -17,7 +17,7 @@ from ..exceptions import InvalidMessage
 from ..store import dead_letters, message_gc, message_reads
 from ..store import messages as store_messages
 from ..store.connection import django_connection
-from ..store.dead_letters import DeadLetterSource
+from ..store.dead_letters import DeadLetterSource, Failure
 from ..store.message_reads import PartitionProgress
 from ..store.messages import (
     IDEMPOTENCY_COLUMNS,
@@ -190,6 +190,12 @@ class QueueMessageManager(models.Manager["QueueMessage"]):
         (:func:`django_sqlqueue.store.dead_letters.copy`); 0 if it was there already."""
         return dead_letters.copy(django_connection(using), original, dlq_topic, group,
                                  attempts, error)
+
+    def copy_many_to_dead_letters(self, failures: Sequence[Failure], dlq_topic: str,
+                                  group: str, using: str) -> int:
+        """:meth:`copy_to_dead_letters` for several messages of one topic, in one statement
+        (:func:`django_sqlqueue.store.dead_letters.copy_many`)."""
+        return dead_letters.copy_many(django_connection(using), failures, dlq_topic, group)
 
     def dead_letter_details(self, offsets: Sequence[int], using: str
                             ) -> dict[int, tuple[str, str, int, str, str, int]]:

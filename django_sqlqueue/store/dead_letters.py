@@ -228,6 +228,64 @@ def copy(conn: Connection, original: DeadLetterSource, dlq_topic: str, group: st
     )
 
 
+class Failure(NamedTuple):
+    """A message being dead-lettered with how it failed: its copy's failure count and error."""
+
+    original: DeadLetterSource
+    attempts: int
+    error: str
+
+
+def copy_many(conn: Connection, failures: Sequence[Failure], dlq_topic: str, group: str
+              ) -> int:
+    """:func:`copy` for several messages of one topic in one statement (the copies are
+    built in the database from the log rows, each with its own failure count, error and
+    original id). Only where a log row is gone (GC collected it meanwhile) is that copy
+    written on its own, from the values the worker delivered. Returns the rows inserted."""
+    if len(failures) < 2:
+        return sum(copy(conn, f.original, dlq_topic, group, f.attempts, f.error)
+                   for f in failures)
+    q = conn.q
+    now = conn.now_ms_sql()
+    columns = ", ".join(q(c) for c in DEAD_LETTER_COLUMNS)
+    prefix, suffix = conn.insert_ignore(IDEMPOTENCY_COLUMNS)
+    headers = vendor.json_without_sql(conn, q("metadata"), GROUP_HEADER)
+    copy_id = vendor.concat_sql(conn, "%s", vendor.text_sql(conn, q("offset")))
+    # PostgreSQL types a bare parameter in a CASE as text, which an integer column refuses.
+    number = "CAST(%s AS INTEGER)" if conn.vendor == "postgresql" else "%s"
+    attempts_sql = f"CASE {q('offset')} {' '.join([f'WHEN %s THEN {number}'] * len(failures))} END"
+    cases = f"CASE {q('offset')} {' '.join(['WHEN %s THEN %s'] * len(failures))} END"
+    params: list[Any] = [dlq_topic, f"{group}:"]
+    for f in failures:
+        params += [f.original.offset, f.attempts]
+    for f in failures:
+        params += [f.original.offset, storable_error(f.error)]
+    params.append(group)
+    for f in failures:
+        params += [f.original.offset, f.original.id]
+    offsets = [f.original.offset for f in failures]
+    inserted = conn.execute(
+        f"{prefix} {q('queue_messages')} ({columns}) "  # noqa: S608 - names quoted, values bound
+        f"SELECT %s, {q('message_key')}, '', {copy_id}, {q('payload')}, {headers}, {now}, "
+        f"{attempts_sql}, {cases}, {q('topic')}, {q('offset')}, %s, {now}, "
+        f"{q('published_at')}, {now}, {cases} "
+        f"FROM {q('queue_messages')} WHERE {q('offset')} IN ({sqlb.placeholders(len(offsets))})"
+        f"{suffix}",
+        [*params, *offsets],
+    )
+    if inserted == len(failures):
+        return inserted
+    # Some copies were there already (a repeated cycle) or their log row is gone: find
+    # which are missing and write those one by one.
+    present = {str(row[0]) for row in conn.fetch_all(
+        f"SELECT {q('id')} FROM {q('queue_messages')} WHERE {q('topic')} = %s AND ("  # noqa: S608 - names quoted, values bound
+        + " OR ".join([f"({q('message_key')} = %s AND {q('id')} = %s)"] * len(failures)) + ")",
+        [dlq_topic, *(v for f in failures for v in (f.original.key, f"{group}:{f.original.offset}"))],
+    )}
+    return inserted + sum(copy(conn, f.original, dlq_topic, group, f.attempts, f.error)
+                          for f in failures if f"{group}:{f.original.offset}" not in present)
+
+
 def by_group(conn: Connection, topic: str) -> dict[str, int]:
     """How many dead-letter copies of ``topic``'s messages each group made (in the log now)."""
     q = conn.q

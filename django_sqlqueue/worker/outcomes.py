@@ -134,8 +134,13 @@ class DeadLettered(Outcome):
     counts: ClassVar[tuple[int, int]] = (1, 1)
     signal: ClassVar[str] = "message_dead_lettered"
 
+    batch: ClassVar[str] = "dead_letter"
+
     def record(self, ledger: Ledger, entry: Entry, ref: MessageRef) -> None:
         ledger.dead_letter(self.partition, self.message, self.error)
+        self.written(ledger, entry)
+
+    def written(self, ledger: Ledger, entry: Entry) -> None:
         self.partition.settled(entry)
 
     def signal_arguments(self) -> dict[str, Any]:

@@ -2,9 +2,11 @@
 
 Acks are batched into one statement per consumer group and topic, written after the
 watermarks moved: an acked message the watermark passed in the same cycle only has its
-row deleted (strict partitions' acks go first, since the cycle reads them). Every other
-outcome writes at once, in a savepoint of its own, so one the database refuses is kept
-back without failing the cycle for every other partition.
+row deleted (strict partitions' acks go first, since the cycle reads them). Retries,
+dead letters and undone deliveries are written at once, one statement per kind and
+subscription, in a savepoint; should the database refuse that statement, each is written
+in a savepoint of its own, so one the database refuses is kept back without failing the
+cycle for every other partition.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ from ..db.errors import is_transient
 from ..logtext import loggable
 from ..models import DeliveryState, QueueMessage
 from ..models.delivery import MessageRef
-from ..models.messages import DeadLetterSource
+from ..models.messages import DeadLetterSource, Failure
 from . import hooks
 from .outcomes import Outcome
 from .partitions import Ident, Partition
@@ -103,6 +105,10 @@ def write_batches(recordable: list[tuple[Outcome, Entry, Partition]], ledger: Le
                     DeliveryState.objects.nack_many(group, topic, [
                         (p.ref(e.offset), o.due_ms(ledger.now_ms), o.error)  # type: ignore[attr-defined]
                         for o, e, p in items], using)
+                elif kind == "dead_letter":
+                    dead_letter_many(group, topic, [(o.message, o.error) for o, _, _ in items],
+                                     [p.ref(e.offset) for _, e, p in items], ledger.dlq_suffix,
+                                     using)
                 else:
                     DeliveryState.objects.undeliver_many(
                         group, topic, [p.ref(e.offset) for _, e, p in items], ledger.now_ms,
@@ -155,9 +161,21 @@ def dead_letter(partition: Partition, message: Message, error: str, dlq_suffix: 
                               error=error or "dead-lettered")
 
 
+def dead_letter_many(group: str, topic: str, failed: list[tuple[Message, str]],
+                     refs: list[MessageRef], dlq_suffix: str, using: str) -> None:
+    """:func:`dead_letter` for several messages of one subscription: one statement copies
+    them, one acks them."""
+    QueueMessage.objects.copy_many_to_dead_letters(
+        [Failure(_dead_letter_source(message), message.attempt, error)
+         for message, error in failed], topic + dlq_suffix, group, using)
+    DeliveryState.objects.ack_failed(group, topic, [
+        (ref, error) for ref, (_, error) in zip(refs, failed, strict=True)], using)
+
+
 class Ledger:
     """How a poll cycle records outcomes: acks batched into one statement per consumer
-    group and topic, retries and dead letters one by one."""
+    group and topic; retries and dead letters alone (several of a subscription in a cycle
+    are written by :func:`write_batches`)."""
 
     def __init__(self, now_ms: int, using: str, dlq_suffix: str) -> None:
         self.now_ms = now_ms
