@@ -97,6 +97,28 @@ def test_a_delayed_message_is_parked_and_the_watermark_passes_it():
     assert partition.advance() == (0, 2)
 
 
+def test_reading_the_next_message_moves_the_watermark_over_other_partitions_positions_only():
+    partition = Partition(SUBSCRIPTION, "0", generation=1)
+    admit_positions(partition, range(10, 11))
+    settle(partition, range(10, 11))
+    assert partition.advance() == (0, 10)  # passed an acked message: its row goes
+    partition.progress_written()
+
+    # The partition's next message is at 20: 11-19 went to other partitions. Moving the
+    # watermark to 19 passes none of its messages: nothing to drop, and the saved
+    # watermark (10) is worth 19.
+    admit_positions(partition, range(20, 21))
+    assert partition.advance() is None
+    assert (partition.watermark, partition.saved_watermark) == (19, 19)
+    assert partition.progress_due()  # the read cursor moved: saved at once
+
+    # A parked message passed on the way is not nothing: that move is returned.
+    assert admit(partition, 25, deliver_at=NOW + DAY_MS).entry is None
+    admit_positions(partition, range(30, 31))
+    settle(partition, range(20, 21))
+    assert partition.advance() == (19, 29)
+
+
 def test_a_message_due_within_a_second_stays_in_the_window():
     partition = Partition(SUBSCRIPTION, "0", generation=1)
     assert admit(partition, 1, deliver_at=NOW + 500).entry is not None

@@ -187,7 +187,7 @@ class PollCycle:
                                                    self.using)
                 deleted[(group, topic)] = acked_now
             unsaved = {p.number: Progress(p.watermark, p.cursor)
-                       for p in members if not p.progress_saved}
+                       for p in members if p.progress_due()}
             if unsaved:
                 ConsumerOffset.objects.save_progress(group, topic, unsaved, self.clock(),
                                                      self.using)

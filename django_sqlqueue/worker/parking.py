@@ -31,6 +31,7 @@ class Parking:
         key_queues: dict[str, deque[int]]
         _in_flight: set[int]
         _moved: bool
+        _done_up_to: int
         parked_next: int | None
         _unparked: set[int]
         _parking: list[Park]
@@ -155,6 +156,8 @@ class Parking:
     def _park(self, entry: Entry, state: int) -> None:
         self._parking.append(Park(self.number, entry.offset, entry.key, entry.position,
                                   entry.due_ms, state))
+        # A watermark move past it is saved at once (its row stays, and is read back).
+        self._done_up_to = max(self._done_up_to, entry.position)
         if self.strict and entry.key:
             self._parked_keys.add(entry.key)
             self.parked_keys_possible = True

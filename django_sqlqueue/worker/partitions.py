@@ -63,6 +63,8 @@ class Partition(Parking):
     _in_flight: set[int] = field(default_factory=set)
     # An entry was admitted or settled since the watermark was last moved.
     _moved: bool = False
+    # The highest position settled, parked or read back acked (see advance).
+    _done_up_to: int = 0
     # Offsets of the entries in position order (messages are admitted in position order);
     # settled ones are dropped lazily from the front. The watermark is found from the
     # front, not by scanning a window of up to MAX_WINDOW entries every cycle.
@@ -90,8 +92,9 @@ class Partition(Parking):
     cancellations: int | None = None
     # Stop fetching, release once in-flight work is done (rebalancing or shutdown).
     draining: bool = False
-    # Watermark or cursor moved since they were saved.
-    progress_saved: bool = True
+    # The progress as last saved or read back (or a watermark worth it: see advance).
+    saved_watermark: int = 0
+    saved_cursor: int = 0
     # Until when (time.monotonic()) the lease is surely still this worker's: the start of
     # its last confirmed renewal (or take) plus the lease duration. Set by the leasing.
     valid_until: float = 0.0
@@ -185,9 +188,10 @@ class Partition(Parking):
         self._in_flight.clear()
         self._ready.clear()
         self._moved = True  # (watermark, cursor] may be all acked: the next advance looks
+        self._done_up_to = self.cursor
         self.head = None
         self.loaded = False
-        self.progress_saved = True
+        self.saved_watermark, self.saved_cursor = self.watermark, self.cursor
         for entry in keep:
             self.entries[entry.offset] = entry
             self._unparked.add(entry.offset)
@@ -198,14 +202,18 @@ class Partition(Parking):
     def rebuilt(self) -> None:
         """The window now holds what the database had: the progress read is the saved one."""
         self.loaded = True
-        self.progress_saved = True
 
     def unreliable(self) -> None:
         """A cycle failed after changing this window: rebuild it before delivering again."""
         self.loaded = False
 
+    def progress_due(self) -> bool:
+        """Whether the watermark or the read cursor moved since they were saved (a rebuild
+        reads the window's rows up to the saved cursor, so it is saved at once)."""
+        return self.watermark != self.saved_watermark or self.cursor != self.saved_cursor
+
     def progress_written(self) -> None:
-        self.progress_saved = True
+        self.saved_watermark, self.saved_cursor = self.watermark, self.cursor
 
     def admit(self, row: ReadRow, now_ms: int, may_deliver: bool) -> Admitted:
         """Take one message (in position order) into the window.
@@ -216,13 +224,14 @@ class Partition(Parking):
         message, delivery = row.message, row.delivery
         position = message.position or 0
         self.cursor = max(self.cursor, position)
-        self.progress_saved = False
         self._moved = True
         if delivery is not None and delivery.acked:
+            self._done_up_to = max(self._done_up_to, position)
             return Admitted(None)
         target = replay_target(message.metadata)
         if target is not None and target != self.group:
             # A replayed dead letter of another group: passed over as if acked, never run.
+            self._done_up_to = max(self._done_up_to, position)
             return Admitted(None)
         entry = Entry(
             message.offset, position, message.key, attempts_of(delivery), "waiting",
@@ -360,6 +369,7 @@ class Partition(Parking):
         self._in_flight.discard(entry.offset)
         self._unparked.discard(entry.offset)
         self._moved = True
+        self._done_up_to = max(self._done_up_to, entry.position)
         queue = self.key_queues.get(entry.key) if entry.key else None
         if queue is None:
             return
@@ -380,7 +390,10 @@ class Partition(Parking):
 
     def advance(self) -> tuple[int, int] | None:
         """Move the watermark up to just below the lowest unacked entry (or to the cursor);
-        return (old, new) when it moved."""
+        return (old, new) when it passed a message the group is done with (the caller
+        drops such rows). Reading a partition's next message moves its watermark over
+        other partitions' positions only: such a move is not returned, and a saved
+        watermark at the old value is worth the new one (a rebuild reads the same rows)."""
         if not self._moved:
             return None
         self._moved = False
@@ -389,8 +402,11 @@ class Partition(Parking):
         if new <= self.watermark:
             return None
         old, self.watermark = self.watermark, new
-        self.progress_saved = False
-        return old, new
+        if self._done_up_to > old:
+            return old, new
+        if self.saved_watermark == old:
+            self.saved_watermark = new
+        return None
 
     def entry_for(self, message: Message) -> Entry | None:
         return self.entries.get(message.offset)
