@@ -10,7 +10,8 @@ do it at a time and lets the others carry on. A batch, in one transaction:
 
 1. locks the counter row (or returns at once when another process holds it);
 2. reads, in one plain (non-locking) statement, the oldest committed messages that have no
-   position yet, in offset order: one snapshot of the log;
+   position yet, in offset order, with their topics' recorded partition counts: one
+   snapshot of the log;
 3. locks those rows by key, skipping any that another transaction holds;
 4. numbers the longest prefix of the snapshot that it holds, in offset order, from the
    counter on, and gives each message its partition from its topic's recorded count.
@@ -70,6 +71,7 @@ class _Waiting(NamedTuple):
     offset: int
     topic: str
     key: str
+    partitions: int | None  # the topic's recorded partition count, None when unrecorded
 
 
 # ---------------------------------------------------------------------- the counter
@@ -160,20 +162,24 @@ def head(conn: Connection, name: str = DEFAULT_SEQUENCER,
 
 def _committed_unsequenced(conn: Connection, limit: int,
                            skip_topics: Collection[str]) -> list[_Waiting]:
-    """The oldest committed messages without a position, in offset order: one plain read,
-    so one snapshot (the queue_msg_sequencing index, no sort)."""
+    """The oldest committed messages without a position, in offset order, each with its
+    topic's recorded partition count: one plain read, so one snapshot (the
+    queue_msg_sequencing index, no sort; the count is a primary-key lookup per row, a
+    subquery rather than a join so that it cannot change how the log is read)."""
     q = conn.q
     skip = ""
     params: list[Any] = []
     if skip_topics:
-        skip = f" AND {q('topic')} NOT IN ({', '.join(['%s'] * len(skip_topics))})"
+        skip = f" AND m.{q('topic')} NOT IN ({', '.join(['%s'] * len(skip_topics))})"
         params += sorted(skip_topics)
     rows = conn.fetch_all(
-        f"SELECT {q('offset')}, {q('topic')}, {q('message_key')} FROM {q('queue_messages')} "  # noqa: S608 - names quoted, values bound
-        f"WHERE {q('position')} IS NULL{skip} ORDER BY {q('offset')} LIMIT %s",
+        f"SELECT m.{q('offset')}, m.{q('topic')}, m.{q('message_key')}, "  # noqa: S608 - names quoted, values bound
+        f"(SELECT t.{q('partitions')} FROM {q('queue_topics')} t WHERE t.{q('topic')} = m.{q('topic')}) "
+        f"FROM {q('queue_messages')} m "
+        f"WHERE m.{q('position')} IS NULL{skip} ORDER BY m.{q('offset')} LIMIT %s",
         [*params, limit],
     )
-    return [_Waiting(int(r[0]), r[1], r[2]) for r in rows]
+    return [_Waiting(int(r[0]), r[1], r[2], None if r[3] is None else int(r[3])) for r in rows]
 
 
 def _lock_rows(conn: Connection, offsets: Sequence[int]) -> set[int]:
@@ -234,7 +240,11 @@ def sequence_batch(conn: Connection, sequenced_by: str = "", *,
         waiting = _committed_unsequenced(conn, limit, skip_topics)
         if not waiting:
             return Batch(0, last, False, frozenset())
-        counts = counts_for(conn, sorted({row.topic for row in waiting}))
+        # Recorded counts came with the rows: only a topic met for the first time asks.
+        counts = {row.topic: row.partitions for row in waiting if row.partitions is not None}
+        unrecorded = sorted({row.topic for row in waiting if row.partitions is None})
+        if unrecorded:
+            counts.update(counts_for(conn, unrecorded))
         unpartitioned = frozenset(row.topic for row in waiting if row.topic not in counts)
         wanted = [row for row in waiting if row.topic in counts]
         held = _lock_rows(conn, [row.offset for row in wanted])
