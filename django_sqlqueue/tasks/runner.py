@@ -30,6 +30,7 @@ from __future__ import annotations
 import json
 import logging
 import threading
+from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from traceback import format_exception
@@ -44,7 +45,13 @@ from ..consuming.registry import RecordedOutcome
 from ..exceptions import DeadLetter, Retry, SQLQueueError
 from ..logtext import loggable
 from ..models import TaskResultRecord
-from ..models.task_results import Success, copy_row, insert_started, mark_successful
+from ..models.task_results import (
+    Success,
+    can_skip_existing,
+    copy_row,
+    insert_started,
+    mark_successful,
+)
 from .compat import (
     TaskContext,
     normalize_json,
@@ -118,8 +125,10 @@ class TaskRunner:
 
     def handed_out(self, messages: list[Message], using: str) -> None:
         """Mark the results RUNNING as their messages are delivered, in the cycle's
-        transaction: one locking read and one insert for first attempts. Each payload is
-        checked first: a malformed one is only marked, for its handler to dead-letter."""
+        transaction: first attempts inserted RUNNING (one statement, where the database
+        can skip the rows that exist), the others in one locking read and an update each.
+        Each payload is checked first: a malformed one is only marked, for its handler to
+        dead-letter."""
         parsed: list[tuple[Message, TaskPayload | InvalidTaskPayload]] = []
         rejected: dict[Attempt, InvalidTaskPayload] = {}
         started: dict[Attempt, TaskResultRecord | None] = {}
@@ -132,6 +141,45 @@ class TaskRunner:
                     started[_key(message)] = None  # no result row to write
                 else:
                     parsed.append((message, exc))
+        if can_skip_existing(using):
+            inserted = self._insert_first_attempts(parsed, started, using)
+            parsed = [(m, p) for m, p in parsed if _key(m) not in inserted]
+        self._mark_running(parsed, started, using)
+        with self._lock:
+            self._started.update(started)
+            self._rejected.update(rejected)
+
+    def _insert_first_attempts(self, parsed: list[tuple[Message, TaskPayload | InvalidTaskPayload]],
+                               started: dict[Attempt, TaskResultRecord | None],
+                               using: str) -> set[Attempt]:
+        """Insert the RUNNING rows of first attempts whose task has no row yet (almost
+        all of them), skipping the rows that exist; return the attempts inserted."""
+        # A task handed out twice in one cycle (a duplicate) goes the locking way.
+        counts = Counter(_identity(p).id for _, p in parsed)
+        once = {task_id for task_id, n in counts.items() if n == 1}
+        now = timezone.now()
+        rows: list[tuple[Message, TaskResultRecord]] = []
+        for message, payload in parsed:
+            if message.attempt == 1 and _identity(payload).id in once:
+                row = self._new_row(payload, message)
+                row.worker_ids.append(self.worker_id)
+                row.status = "RUNNING"
+                row.started_at = row.last_attempted_at = now
+                rows.append((message, row))
+        inserted = insert_started([row for _, row in rows], using, skip_existing=True)
+        done: set[Attempt] = set()
+        for message, row in rows:
+            if row.id in inserted:
+                started[_key(message)] = _copy(row, started_at=None)
+                done.add(_key(message))
+        return done
+
+    def _mark_running(self, parsed: list[tuple[Message, TaskPayload | InvalidTaskPayload]],
+                      started: dict[Attempt, TaskResultRecord | None], using: str) -> None:
+        """Mark the results RUNNING under a lock on their rows: retries, replays, and
+        first attempts where the database cannot skip existing rows in an insert."""
+        if not parsed:
+            return
         ids = sorted({_identity(p).id for _, p in parsed})
         rows = TaskResultRecord.objects.using(using).select_for_update().in_bulk(ids)
         now = timezone.now()
@@ -165,9 +213,6 @@ class TaskRunner:
                                         "last_attempted_at", "finished_at"], using=using)
             started[_key(message)] = _copy(row, started_at=first_start)
         insert_started(new, using)
-        with self._lock:
-            self._started.update(started)
-            self._rejected.update(rejected)
 
     def _new_row(self, payload: TaskPayload | InvalidTaskPayload,
                  message: Message) -> TaskResultRecord:
