@@ -149,3 +149,39 @@ def test_a_killed_worker_leaves_the_overview_and_frees_its_group_at_once(workers
     assert '<span class="sqlqueue-bad">gone</span>' in page.content.decode()
     forgotten = operations.forget(GROUP, topic=TOPIC)  # refused while a worker runs
     assert forgotten.heartbeats >= 1
+
+
+@needs_sessions
+def test_a_killed_workers_limit_slot_is_free_again_at_once(workers, tmp_path):
+    """max_running=1: the worker running the only slot's message is killed. Its slot would
+    expire with its lease (30 s); its closed session says it is gone, so the other worker
+    takes the slot within seconds and runs the message that waited for it."""
+    from django_sqlqueue.models import LimitSlot
+
+    log = tmp_path / "runs.log"
+    a = workers.start("slot-a", "--topic", "capped-one", settings=LONG_LEASE)
+    b = workers.start("slot-b", "--topic", "capped-one", settings=LONG_LEASE)
+    wait_until(lambda: lease_counts(["slot-a", "slot-b"]) == [2, 2],
+               what="a 2/2 share", watch=[a, b])
+    wait_until(lambda: not PartitionLease.objects.filter(topic="capped-one", liveness_token="")
+               .exists(), what="both workers' tokens on their leases", watch=[a, b])
+    time.sleep(SETTLE)
+    owner = dict(PartitionLease.objects.filter(topic="capped-one")
+                 .values_list("partition_key", "leased_by"))
+    b_part = next(p for p, name in owner.items() if name == "slot-b")
+    a_part = next(p for p, name in owner.items() if name == "slot-a")
+    sqlqueue.publish("capped-one", {"log": str(log), "sleep": 120},
+                     key=keys_in_partition("capped-one", b_part, 1)[0])
+    wait_until(lambda: LimitSlot.objects.filter(scope__contains="capped-one")
+               .exclude(holder="").exists(), what="b running the only slot's message",
+               watch=[a, b])
+    waiting = sqlqueue.publish("capped-one", {"log": str(log)},
+                               key=keys_in_partition("capped-one", a_part, 1)[0])
+    time.sleep(1.0)
+    assert not log.exists()  # the slot is b's: a's message waits
+
+    b.kill()
+    killed = time.monotonic()
+    wait_until(lambda: log.exists() and f" {waiting.offset} " in log.read_text(), timeout=15,
+               what="a running the waiting message", watch=[a])
+    assert time.monotonic() - killed <= 5.0, "waited for the dead worker's slot to expire"

@@ -6,7 +6,8 @@ limits: rows of the keys running lately, swept when idle). A worker takes a free
 transaction, so a slot is taken exactly when the message's delivery commits, and never
 waited for; it gives the row back when the handler's outcome is recorded. A holder's
 rows expire one lease duration after its last renewal, so a crashed worker's slots come
-back by themselves. Times are epoch ms by the database clock.
+back by themselves, and at once where its liveness lock shows its process gone (see
+:meth:`LimitSlotManager.lock_free`). Times are epoch ms by the database clock.
 
 ``idle_since`` says, of a free row, since when it is free (per-key rows idle long are
 swept); of a held row, since when the worker that asked for it waits (0: nobody does),
@@ -25,14 +26,25 @@ from collections.abc import Sequence
 from typing import Any
 
 from django.db import connections, models
+from django.db.models.expressions import RawSQL
 
 from ..db import sql as sqlb
+from ..db.liveness import held_sql
 from .fields import KEY_LENGTH, SCOPE_LENGTH
 
 DIGEST_LENGTH = 40  # hex SHA-1 of a key; '' for a scope's own (keyless) limit
 # A row given back to the worker that asked for it is left to that worker this long (ms):
 # it looks for it every 50 ms, and a worker that died meanwhile costs no more than this.
 RESERVED_MS = 500
+
+
+def _dead_holder_sql(connection: Any) -> str:
+    """SQL true for a slot row whose holder advertised its liveness lock and no session
+    holds it: the holder's process is gone."""
+    q = connection.ops.quote_name
+    holder = f"{q('queue_limit_slots')}.{q('holder')}"
+    return (f"({holder} <> '' AND EXISTS (SELECT 1 FROM {q('queue_subscriber_heartbeats')} h "  # noqa: S608 - names quoted
+            f"WHERE h.{q('liveness_token')} = {holder}) AND NOT {held_sql(connection, holder)})")
 
 
 def key_digest(key: str) -> str:
@@ -69,19 +81,30 @@ class LimitSlotManager(models.Manager["LimitSlot"]):
 
     def lock_free(self, scope: str, key: str, count: int, wanted: int, now_ms: int,
                   using: str, holder: str = "",
-                  still_used: Sequence[int] = ()) -> list[tuple[int, int]]:
+                  still_used: Sequence[int] = (),
+                  judge_liveness: bool = False) -> list[tuple[int, int]]:
         """Up to ``wanted`` free slots below ``count`` of (scope, key), locked for this
         transaction, lowest first, as (row id, slot). Rows other transactions hold are
         passed over: a worker never waits for another's slots. So are rows given back
         moments ago to another worker that asked for them (``holder`` is the asking
         worker's token), and ``still_used``: rows the worker lost (its lease ran out) whose
-        handler still runs there, which it must not hold a second time."""
+        handler still runs there, which it must not hold a second time.
+
+        With ``judge_liveness``, a row held by a worker whose process is gone is free too,
+        before its time runs out: its holder advertised its liveness lock (a heartbeat
+        carries its token as ``liveness_token``) and no session holds that lock any more
+        (see :mod:`django_sqlqueue.db.liveness`). A worker only paused keeps its lock, and
+        its slots until they expire."""
         reserved_elsewhere = (~models.Q(wanted_by="") & ~models.Q(wanted_by=holder)
                               & models.Q(idle_since__gte=now_ms - RESERVED_MS))
+        free = models.Q(holder="") | models.Q(expires_at__lt=now_ms)
+        if judge_liveness:
+            free |= models.Q(RawSQL(_dead_holder_sql(connections[using]), [],  # noqa: S611 - constant SQL
+                                    output_field=models.BooleanField()))
         rows = (
             self.using(using).select_for_update(skip_locked=True)
             .filter(scope=scope, limit_key=key_digest(key), slot__lt=count)
-            .filter(models.Q(holder="") | models.Q(expires_at__lt=now_ms))
+            .filter(free)
             .exclude(reserved_elsewhere)
             .exclude(id__in=list(still_used))
             .order_by("slot").values_list("id", "slot")[:wanted]

@@ -244,6 +244,10 @@ class Leasing:
             self._liveness_seen = (changes, seen)
         return self.token if self._liveness_seen[1] else ""
 
+    def judges_liveness(self) -> bool:
+        """Whether this worker judges others by their liveness locks now (see _judging)."""
+        return self._judging()
+
     def _judging(self) -> bool:
         """Whether to judge other workers by their liveness locks: only while this worker's
         own has been held, and seen, for a while (see .liveness)."""

@@ -84,8 +84,12 @@ class LimitGate:
 
     def __init__(self, token: str, lease_ms: int, using: str,
                  max_own: int | None = None,
-                 sharers: Callable[[Subscription], int] | None = None) -> None:
+                 sharers: Callable[[Subscription], int] | None = None,
+                 judging: Callable[[], bool] | None = None) -> None:
         self.token = token  # the worker's fencing token: the holder of its slots
+        # Whether a slot whose holder's liveness lock is gone counts as free (see
+        # LimitSlot.objects.lock_free): as the worker's leasing judges other workers.
+        self.judging = judging or (lambda: False)
         # How many workers consume a subscription (this one included), as last counted:
         # they share its bucket's refill.
         self._sharers = sharers
@@ -346,7 +350,8 @@ class LimitGate:
             # again, would be given back at that handler's end under the new holding.
             state.free = LimitSlot.objects.lock_free(name, key, need.max_running, need.count,
                                                      now_ms, self.using, holder=self.token,
-                                                     still_used=self.local.row_ids())
+                                                     still_used=self.local.row_ids(),
+                                                     judge_liveness=self.judging())
             if not state.free and not key and now_ms - self._ensured.get(ensured, now_ms) >= (
                     ENSURE_AGAIN_MS):
                 # All taken, or the rows are gone (a table emptied by hand): make sure

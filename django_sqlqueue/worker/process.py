@@ -112,7 +112,7 @@ class Worker:
         self.leasing = Leasing(self.name, using, subscriptions, conf.lease_duration,
                                liveness=fallback_reason(using) is None)
         self.limits = LimitGate(self.leasing.token, int(conf.lease_duration * 1000), using,
-                                max_own=concurrency, sharers=self._sharers)
+                                concurrency, self._sharers, self.leasing.judges_liveness)
         self.dispatcher = Dispatcher(concurrency, self.wake, self.name, self.leasing.token,
                                      self.clock, using,
                                      metrics.handler_finished if metrics else None,
