@@ -8,8 +8,9 @@
 #   make test          ruff, mypy, migration check, then pytest on SQLite, MariaDB and
 #                      PostgreSQL at once (and with CI=true the Python 3.11 + Django 5.2
 #                      run: migrations, checks and publishing, and on SQLite the task
-#                      worker's tests) and the docs check; then the 30 s failover runs and
-#                      a 60 s chaos run on MariaDB side by side, away from the suites
+#                      worker's tests) and the docs check; in the matrix's tail, once
+#                      the load falls, the 30 s failover runs and a 60 s chaos run on
+#                      MariaDB (once no suite uses MariaDB, since it restarts the server)
 #   make test-full     the whole matrix one run after another, for a release: every
 #                      backend on both interpreters, in full
 #   make test-compat   only the Python 3.11 + Django 5.2 run, on all three backends
@@ -323,15 +324,21 @@ test-backends: $(VENV)/.stamp-spark | provision
 # the machine 89 % busy, so the matrix is bound by CPU, not by waits), the chaos run with its
 # poison publisher about 100 s. The tests fork their workers from a launcher with Django
 # loaded (tests/launcher.py). The suites run at once (tests/matrix.py), each backend's in
-# TEST_SHARDS parts, the short failover runs among them; the chaos run comes last and
-# alone, since it restarts MariaDB. docs/benchmarks.md ("CI") has each suite's figures.
-# The short failover runs (chaos-failover-short) after the suites (see test-chaos-runs):
-# their clusters run on ports and in directories of their own, but beside twelve suites on
-# two cores a worker could wait longer for the CPU than the resumption bound the run checks
-# (seen: 17.2 s against 16.8 s), so they run where their timings mean something.
+# TEST_SHARDS parts dealt by tests/durations.json; the short failover runs and the chaos
+# run (which restarts MariaDB, so it waits for every suite using it) start in the tail,
+# once at most three suites still run. docs/benchmarks.md ("CI") has each suite's figures.
+# The short failover runs (chaos-failover-short) in the matrix's tail: their clusters run
+# on ports and in directories of their own, but beside twelve suites on two cores a worker
+# could wait longer for the CPU than the resumption bound the run checks (seen: 17.2 s
+# against 16.8 s), so they start only once at most three suites (niced) still run, where
+# their timings mean something, rather than after the matrix.
 FAILOVER_AFTER = $(if $(filter mysql,$(BACKENDS)),$(if $(filter postgres,$(BACKENDS)),chaos-failover-short))
+FAILOVER_SUITE = '@3 Short failover runs on a PostgreSQL pair and a Galera cluster=!$(MAKE) --no-print-directory chaos-failover-short PROVISION=0'
+# The 60 s chaos run on MariaDB restarts the shared server: it starts once no suite using
+# MariaDB runs any more and at most three others do.
+CHAOS_SUITE = '@3:MariaDB The 60 s chaos run on MariaDB=!$(MAKE) --no-print-directory chaos-short PROVISION=0'
 
-test: venvs lint check-migrations test-matrix $(if $(filter mysql,$(BACKENDS)),test-chaos-runs)
+test: venvs lint check-migrations test-matrix
 
 # The virtualenvs make test needs, built at once: their installs mostly wait on the network.
 venvs: | provision
@@ -390,7 +397,9 @@ test-matrix: $(VENV)/.stamp-spark $(VENV)/.stamp-docs $(if $(IS_CI),$(COMPAT_VEN
 	  $(SPARK_SUITE) \
 	  $(COMPAT_SUITES) \
 	  '$(DOCS_SUITE)' \
-	  '$(WHEEL_SUITE)'
+	  '$(WHEEL_SUITE)' \
+	  $(if $(filter mysql,$(BACKENDS)),$(CHAOS_SUITE)) \
+	  $(if $(FAILOVER_AFTER),$(FAILOVER_SUITE))
 
 # The last make test's time per test file, kept for tests/shard.py: each backend's parts
 # (tests/matrix.py has every suite write its files' times next to its log).
@@ -423,9 +432,8 @@ bench-spark: $(VENV)/.stamp-spark | provision
 chaos: $(VENV)/.stamp-dev | provision
 	DATABASE_URL='$(CHAOS_DATABASE_URL)' $(PY) -m tests.chaos.run --seconds $(CHAOS_SECONDS) $(CHAOS_ARGS)
 
-# After the suites: the 60 s chaos run on MariaDB (it restarts the shared server) and the
-# short failover runs (their clusters on ports of their own) side by side, away from the
-# suites' load; each prints its output whole when it ends.
+# The 60 s chaos run on MariaDB and the short failover runs side by side, alone (make test
+# runs them in the matrix's tail instead); each prints its output whole when it ends.
 test-chaos-runs: $(VENV)/.stamp-dev | provision
 	@echo "sqlqueue: [$$(date +%T)] $@"
 	$(PY) -m tests.matrix 'The 60 s chaos run on MariaDB=!$(MAKE) --no-print-directory chaos-short PROVISION=0' \

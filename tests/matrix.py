@@ -10,7 +10,12 @@ interleave their lines. Used by ``make test``::
 
 Each argument is ``TITLE=PYTHON|DATABASE_URL|PYTEST ARGS`` (PYTHON and the arguments are
 split as a shell would, so PYTHON may be ``env NAME=VALUE python``), or
-``TITLE=!COMMAND`` for a check that is not pytest (the wheel's). A server that cannot be
+``TITLE=!COMMAND`` for a check that is not pytest (the wheel's). A title that starts with
+``@N `` (``@3 Short failover runs=!make ...``) starts its suite only once at most N of the
+others still run, and ``@N:WORD `` also only once none of the others whose title holds
+WORD runs or waits (``@3:MariaDB The chaos run on MariaDB``, which restarts that server):
+a run whose timings mean something waits for the machine to quieten, and shares only the
+tail of the matrix rather than following it. A server that cannot be
 reached fails the run under CI=true and skips the suite loudly otherwise. Exits 0 when
 every suite passed, else 1.
 """
@@ -42,17 +47,38 @@ class Suite:
     outcome: str = ""
     seconds: float = 0.0
     cpu_seconds: float = 0.0  # user + system, with every process it waited for
+    # Start only once at most this many other suites still run (None: at once), and none
+    # whose title holds this word runs or waits to.
+    start_when_running: int | None = None
+    start_after: str = ""
 
 
 def parse(spec: str) -> Suite:
     title, sep, rest = spec.partition("=")
+    title, waits, after = title.strip(), None, ""
+    if title.startswith("@"):
+        condition, _, title = title[1:].partition(" ")
+        count, _, after = condition.partition(":")
+        if not count.isdigit() or not title.strip():
+            raise SystemExit(f"matrix: bad suite {spec!r}: expected '@N[:WORD] TITLE=...'")
+        title, waits = title.strip(), int(count)
     if sep and rest.startswith("!"):
-        return Suite(title.strip(), "", "", [], command=shlex.split(rest[1:]))
+        return Suite(title, "", "", [], command=shlex.split(rest[1:]), start_when_running=waits,
+                     start_after=after)
     parts = rest.split("|", 2)
     if not sep or len(parts) < 2:
         raise SystemExit(f"matrix: bad suite {spec!r}: expected TITLE=PYTHON|DATABASE_URL|PYTEST ARGS")
     args = shlex.split(parts[2]) if len(parts) > 2 else []
-    return Suite(title.strip(), parts[0].strip(), parts[1].strip(), args)
+    return Suite(title, parts[0].strip(), parts[1].strip(), args, start_when_running=waits,
+                 start_after=after)
+
+
+def may_start(suite: Suite, running: list[Suite], deferred: list[Suite]) -> bool:
+    """Whether a deferred suite's condition holds (see the module docstring)."""
+    assert suite.start_when_running is not None
+    others = [s for s in running + deferred if s is not suite]
+    return (len(running) <= suite.start_when_running
+            and not any(suite.start_after in s.title for s in others if suite.start_after))
 
 
 def is_ci() -> bool:
@@ -149,11 +175,19 @@ def main(argv: list[str]) -> int:
     LOG_DIR.mkdir(parents=True, exist_ok=True)
     began = time.monotonic()
     servers_before, busy_before = server_cpu(), machine_busy()
+    deferred = [s for s in suites if s.start_when_running is not None]
     for suite in suites:
-        start(suite)
+        if suite not in deferred:
+            start(suite)
     running = [s for s in suites if s.process is not None]
     try:
-        while running:
+        while running or deferred:
+            for suite in list(deferred):
+                if may_start(suite, running, deferred):
+                    deferred.remove(suite)
+                    start(suite)
+                    if suite.process is not None:
+                        running.append(suite)
             for suite in list(running):
                 assert suite.process is not None
                 # wait4 rather than poll(): it also tells the CPU the suite used, its worker
