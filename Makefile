@@ -9,8 +9,8 @@
 #                      PostgreSQL at once (and with CI=true the Python 3.11 + Django 5.2
 #                      run: migrations, checks and publishing, and on SQLite the task
 #                      worker's tests) and the docs check; in the matrix's tail, once
-#                      the load falls, the 30 s failover runs and a 60 s chaos run on
-#                      MariaDB (once no suite uses MariaDB, since it restarts the server)
+#                      the load falls, the 30 s failover runs; then a 60 s chaos run on
+#                      MariaDB, alone (it restarts the server)
 #   make test-full     the whole matrix one run after another, for a release: every
 #                      backend on both interpreters, in full
 #   make test-compat   only the Python 3.11 + Django 5.2 run, on all three backends
@@ -201,7 +201,7 @@ endef
 
 .PHONY: help demo demo-embedded admin test venvs test-matrix test-durations test-full test-backends test-compat test-wheel lint check-migrations bench bench-spark chaos chaos-short pgbouncer pgbouncer-stop provision clean FORCE
 .PHONY: cluster-pg cluster-pg-stop cluster-galera cluster-galera-stop mariadb-second mariadb-second-stop
-.PHONY: chaos-failover chaos-failover-short chaos-galera-spread test-chaos-runs
+.PHONY: chaos-failover chaos-failover-short chaos-galera-spread test-chaos-runs test-chaos-after
 .PHONY: docs docs-serve docs-check
 
 help:
@@ -324,9 +324,9 @@ test-backends: $(VENV)/.stamp-spark | provision
 # the machine 89 % busy, so the matrix is bound by CPU, not by waits), the chaos run with its
 # poison publisher about 100 s. The tests fork their workers from a launcher with Django
 # loaded (tests/launcher.py). The suites run at once (tests/matrix.py), each backend's in
-# TEST_SHARDS parts dealt by tests/durations.json; the short failover runs and the chaos
-# run (which restarts MariaDB, so it waits for every suite using it) start in the tail,
-# once at most three suites still run. docs/benchmarks.md ("CI") has each suite's figures.
+# TEST_SHARDS parts dealt by tests/durations.json; the short failover runs start in the
+# tail, once at most three suites still run; the chaos run (it restarts MariaDB) comes
+# last and alone. docs/benchmarks.md ("CI") has each suite's figures.
 # The short failover runs (chaos-failover-short) in the matrix's tail: their clusters run
 # on ports and in directories of their own, but beside twelve suites on two cores a worker
 # could wait longer for the CPU than the resumption bound the run checks (seen: 17.2 s
@@ -334,11 +334,8 @@ test-backends: $(VENV)/.stamp-spark | provision
 # their timings mean something, rather than after the matrix.
 FAILOVER_AFTER = $(if $(filter mysql,$(BACKENDS)),$(if $(filter postgres,$(BACKENDS)),chaos-failover-short))
 FAILOVER_SUITE = '@3 Short failover runs on a PostgreSQL pair and a Galera cluster=!$(MAKE) --no-print-directory chaos-failover-short PROVISION=0'
-# The 60 s chaos run on MariaDB restarts the shared server: it starts once no suite using
-# MariaDB runs any more and at most three others do.
-CHAOS_SUITE = '@3:MariaDB The 60 s chaos run on MariaDB=!$(MAKE) --no-print-directory chaos-short PROVISION=0'
 
-test: venvs lint check-migrations test-matrix
+test: venvs lint check-migrations test-matrix $(if $(filter mysql,$(BACKENDS)),test-chaos-after)
 
 # The virtualenvs make test needs, built at once: their installs mostly wait on the network.
 venvs: | provision
@@ -398,7 +395,6 @@ test-matrix: $(VENV)/.stamp-spark $(VENV)/.stamp-docs $(if $(IS_CI),$(COMPAT_VEN
 	  $(COMPAT_SUITES) \
 	  '$(DOCS_SUITE)' \
 	  '$(WHEEL_SUITE)' \
-	  $(if $(filter mysql,$(BACKENDS)),$(CHAOS_SUITE)) \
 	  $(if $(FAILOVER_AFTER),$(FAILOVER_SUITE))
 
 # The last make test's time per test file, kept for tests/shard.py: each backend's parts
@@ -432,8 +428,16 @@ bench-spark: $(VENV)/.stamp-spark | provision
 chaos: $(VENV)/.stamp-dev | provision
 	DATABASE_URL='$(CHAOS_DATABASE_URL)' $(PY) -m tests.chaos.run --seconds $(CHAOS_SECONDS) $(CHAOS_ARGS)
 
+# After the suites: the 60 s chaos run on MariaDB, alone. It restarts the shared server;
+# started beside the last suites and the failover runs, the server once crashed in its
+# shutdown (signal 11 in ha_maria::drop_table, MariaDB 10.11.19) and never came back.
+test-chaos-after: $(VENV)/.stamp-dev | provision
+	@echo "sqlqueue: [$$(date +%T)] $@"
+	$(PY) -m tests.matrix 'The 60 s chaos run on MariaDB=!$(MAKE) --no-print-directory chaos-short PROVISION=0'
+
 # The 60 s chaos run on MariaDB and the short failover runs side by side, alone (make test
-# runs them in the matrix's tail instead); each prints its output whole when it ends.
+# runs the failover runs in the matrix's tail, the chaos run after it); each prints its
+# output whole when it ends.
 test-chaos-runs: $(VENV)/.stamp-dev | provision
 	@echo "sqlqueue: [$$(date +%T)] $@"
 	$(PY) -m tests.matrix 'The 60 s chaos run on MariaDB=!$(MAKE) --no-print-directory chaos-short PROVISION=0' \
