@@ -105,6 +105,13 @@ class Connection:
             return []
         return [(int(code), message) for _level, code, message in self.fetch_all("SHOW WARNINGS")]
 
+    def autocommits(self) -> bool:
+        """Whether a statement run now commits on its own (no transaction is open)."""
+        if self.vendor == "sqlite":
+            return not self.raw.in_transaction
+        return bool(getattr(self.raw, "autocommit", False)) if self.vendor == "postgresql" \
+            else bool(self.raw.get_autocommit())
+
     def begin(self) -> None:
         # sqlite3 runs in autocommit mode here (isolation_level=None): take the write lock at
         # BEGIN, as the Django settings' IMMEDIATE transaction mode does, so two writers
@@ -179,6 +186,9 @@ class DjangoConnection(Connection):
         if not self.raw.connection.warning_count():
             return []
         return [(int(code), message) for _level, code, message in self.fetch_all("SHOW WARNINGS")]
+
+    def autocommits(self) -> bool:
+        return bool(self.raw.get_autocommit()) and not self.raw.in_atomic_block
 
     def begin(self) -> None:
         raise NotImplementedError("use atomic(): Django manages this connection's transactions")

@@ -25,6 +25,11 @@ commits meanwhile, and would number them first. Numbering only a prefix of the s
 publish order on every backend; docs/data-model.md, "The order consumers see", states the
 guarantee exactly.
 
+PostgreSQL takes steps 1 and 2 in one statement, and 3 and 4 with the counter's move in
+another (:mod:`.sequencer_statements`): three round trips fewer between a commit and its
+handler, with the same prefix rule and a fallback to the steps above when the second
+statement cannot number the whole snapshot.
+
 A message of a topic with no partition count (the driver cannot record one: it has no
 ``SQLQUEUE`` settings) is left unsequenced and its topic is skipped, with a warning; the
 other topics go on. Its messages keep their publish order among themselves: none of them
@@ -33,16 +38,19 @@ is numbered until the topic has a count.
 
 from __future__ import annotations
 
+import functools
 import logging
 import time
 from collections.abc import Callable, Collection, Mapping, Sequence
-from typing import Any, NamedTuple
+from typing import NamedTuple
 
 from django.db import DatabaseError
 
 from ..partitioning import assign_partition
+from . import sequencer_statements as statements
 from . import topics
 from .connection import Connection
+from .sequencer_statements import Waiting
 
 logger = logging.getLogger("django_sqlqueue.sequencer")
 
@@ -65,13 +73,6 @@ class Batch(NamedTuple):
     unpartitioned: frozenset[str]  # topics met without a partition count, left waiting
     # (topic, partition, highest position given) of each partition that got messages
     heads: tuple[tuple[str, str, int], ...] = ()
-
-
-class _Waiting(NamedTuple):
-    offset: int
-    topic: str
-    key: str
-    partitions: int | None  # the topic's recorded partition count, None when unrecorded
 
 
 # ---------------------------------------------------------------------- the counter
@@ -105,13 +106,42 @@ def lock_counter(conn: Connection, name: str = DEFAULT_SEQUENCER, *,
     )
     if rows:
         return int(rows[0][0])
-    # Skipped because another process holds it, or missing? Ask without locking: an
-    # INSERT of an existing, locked key would wait for that process after all.
-    if conn.fetch_all(f"SELECT 1 FROM {q('queue_sequencer')} WHERE {q('name')} = %s",  # noqa: S608 - names quoted, values bound
-                      [name]):
+    return _unlocked_counter(conn, name)
+
+
+def _unlocked_counter(conn: Connection, name: str) -> int | None:
+    """After a skipping lock found no row: 0 when the row was missing and this call
+    inserted it (locked, ours); None when another process holds it."""
+    if _committed_last(conn, name) is not None:
         return None
     # Inserted: the new row is ours and locked. Not inserted: it exists and is locked.
     return 0 if create_counter(conn, name) else None
+
+
+def _committed_last(conn: Connection, name: str) -> int | None:
+    """The counter's last committed position, read without locking (an INSERT of an
+    existing, locked key would wait for its holder after all); None when it is missing."""
+    q = conn.q
+    rows = conn.fetch_all(
+        f"SELECT {q('last_position')} FROM {q('queue_sequencer')} WHERE {q('name')} = %s",  # noqa: S608 - names quoted, values bound
+        [name],
+    )
+    return int(rows[0][0]) if rows else None
+
+
+def wait_for_counter(conn: Connection, name: str = DEFAULT_SEQUENCER) -> int:
+    """Wait until no other process holds the counter row, then return its last position.
+
+    Must run in autocommit: the statement's lock ends with the statement, so the caller
+    only waits for the holder's commit and never holds the row itself.
+    """
+    q = conn.q
+    rows = conn.fetch_all(
+        f"SELECT {q('last_position')} FROM {q('queue_sequencer')} WHERE {q('name')} = %s"  # noqa: S608 - names quoted, values bound
+        + conn.for_update_sql(),
+        [name],
+    )
+    return int(rows[0][0]) if rows else 0
 
 
 def create_counter(conn: Connection, name: str = DEFAULT_SEQUENCER) -> bool:
@@ -157,68 +187,6 @@ def head(conn: Connection, name: str = DEFAULT_SEQUENCER,
     return int(row[0] or 0), row[1] is not None, int(row[2]), int(row[3] or 0)
 
 
-# ---------------------------------------------------------------------- the messages
-
-
-def _committed_unsequenced(conn: Connection, limit: int,
-                           skip_topics: Collection[str]) -> list[_Waiting]:
-    """The oldest committed messages without a position, in offset order, each with its
-    topic's recorded partition count: one plain read, so one snapshot (the
-    queue_msg_sequencing index, no sort; the count is a primary-key lookup per row, a
-    subquery rather than a join so that it cannot change how the log is read)."""
-    q = conn.q
-    skip = ""
-    params: list[Any] = []
-    if skip_topics:
-        skip = f" AND m.{q('topic')} NOT IN ({', '.join(['%s'] * len(skip_topics))})"
-        params += sorted(skip_topics)
-    rows = conn.fetch_all(
-        f"SELECT m.{q('offset')}, m.{q('topic')}, m.{q('message_key')}, "  # noqa: S608 - names quoted, values bound
-        f"(SELECT t.{q('partitions')} FROM {q('queue_topics')} t WHERE t.{q('topic')} = m.{q('topic')}) "
-        f"FROM {q('queue_messages')} m "
-        f"WHERE m.{q('position')} IS NULL{skip} ORDER BY m.{q('offset')} LIMIT %s",
-        [*params, limit],
-    )
-    return [_Waiting(int(r[0]), r[1], r[2], None if r[3] is None else int(r[3])) for r in rows]
-
-
-def _lock_rows(conn: Connection, offsets: Sequence[int]) -> set[int]:
-    """Lock the rows ``offsets`` by key, skipping those another transaction holds; return
-    the offsets locked. SQLite has no row locks: its single writer (this transaction)
-    holds them all."""
-    if not offsets or not conn.skip_locked_sql():
-        return set(offsets)
-    q = conn.q
-    table = q("queue_messages") + (" FORCE INDEX (PRIMARY)" if conn.vendor == "mysql" else "")
-    rows = conn.fetch_all(
-        f"SELECT {q('offset')} FROM {table} "  # noqa: S608 - names quoted, values bound
-        f"WHERE {q('offset')} IN ({', '.join(['%s'] * len(offsets))}) "
-        f"AND {q('position')} IS NULL" + conn.skip_locked_sql(),
-        list(offsets),
-    )
-    return {int(r[0]) for r in rows}
-
-
-def _assign_positions(conn: Connection, assignments: Sequence[tuple[int, int, str]]) -> None:
-    """Set (offset, position, partition) of sequenced rows in one statement."""
-    q = conn.q
-    cases = " ".join(["WHEN %s THEN %s"] * len(assignments))
-    positions: list[Any] = []
-    partitions: list[Any] = []
-    for offset, position, partition in assignments:
-        positions += [offset, position]
-        partitions += [offset, partition]
-    offsets = [a[0] for a in assignments]
-    # MySQL: pinned to the primary key, so the UPDATE locks only the rows it names.
-    table = q("queue_messages") + (" FORCE INDEX (PRIMARY)" if conn.vendor == "mysql" else "")
-    conn.execute(
-        f"UPDATE {table} SET {q('position')} = CASE {q('offset')} {cases} END, "  # noqa: S608 - names quoted, values bound
-        f"{q('partition_key')} = CASE {q('offset')} {cases} END "
-        f"WHERE {q('offset')} IN ({', '.join(['%s'] * len(offsets))})",
-        positions + partitions + offsets,
-    )
-
-
 # ---------------------------------------------------------------------- sequencing
 
 
@@ -227,17 +195,79 @@ def recorded_counts(conn: Connection, names: Sequence[str]) -> Mapping[str, int]
     return topics.partition_counts(conn, names)
 
 
+class _Raced(Exception):
+    """A one-statement numbering found its snapshot overtaken; it changed nothing."""
+
+
+class _Busy(NamedTuple):
+    """Another process holds the counter; ``before`` is its last committed position."""
+
+    before: int
+
+
 def sequence_batch(conn: Connection, sequenced_by: str = "", *,
                    counts_for: CountsFor = recorded_counts, limit: int = SEQUENCE_BATCH,
                    skip_topics: Collection[str] = (), wait: bool = False) -> Batch:
     """Position up to ``limit`` committed messages in one transaction (see the module
-    docstring); messages of ``skip_topics`` are passed over. With ``wait``, a busy
-    sequencer is waited for (see :func:`lock_counter`)."""
+    docstring); messages of ``skip_topics`` are passed over.
+
+    With ``wait``, a busy sequencer is waited for (see :func:`lock_counter`). On a
+    connection in autocommit that wait comes after this transaction, for the holder's
+    commit alone: when the holder moved the counter, the batch positions nothing here and
+    returns the head the holder left (the holder goes on with what it left); when it moved
+    nothing, the batch is taken here. Elsewhere the holder is waited for inside the
+    transaction, and what it left is sequenced here.
+
+    On PostgreSQL the batch takes two statements: the counter locked with the messages
+    read, then the rows locked and numbered with the counter moved. When a sequencer
+    committed between that read's snapshot and its lock, the second statement changes
+    nothing and the batch is taken again statement by statement.
+    """
+    wait_alone = wait and conn.vendor != "sqlite" and conn.autocommits()
+    batch = functools.partial(_sequence, conn, sequenced_by, counts_for=counts_for,
+                              limit=limit, skip_topics=skip_topics,
+                              wait_inside=wait and not wait_alone)
+    try:
+        done = batch(fast=conn.vendor == "postgresql")
+    except _Raced:
+        done = batch(fast=False)
+    if not isinstance(done, _Busy):
+        return done
+    if not wait_alone:
+        return Batch(0, None, True, frozenset())
+    after = wait_for_counter(conn)
+    if after != done.before:  # the holder sequenced: its head is what this caller wanted
+        return Batch(0, after, False, frozenset())
+    # The holder moved nothing (an operator's repartition, say): sequence here after all.
+    return sequence_batch(conn, sequenced_by, counts_for=counts_for, limit=limit,
+                          skip_topics=skip_topics)
+
+
+def _open(conn: Connection, limit: int, skip_topics: Collection[str], *, fast: bool,
+          wait_inside: bool) -> tuple[int, list[Waiting]] | _Busy:
+    """Lock the counter and read what waits, or say who holds the counter."""
+    if fast and not wait_inside:
+        if opened := statements.lock_and_read(conn, DEFAULT_SEQUENCER, limit, skip_topics):
+            return opened
+        # Held by another process, or missing: one plain read tells which.
+        if (committed := _committed_last(conn, DEFAULT_SEQUENCER)) is not None:
+            return _Busy(committed)
+        if not create_counter(conn):
+            return _Busy(0)  # created meanwhile, and held, by another process
+        return 0, statements.committed_unsequenced(conn, limit, skip_topics)
+    last = lock_counter(conn, wait=wait_inside)
+    if last is None:
+        return _Busy(last_position(conn))
+    return last, statements.committed_unsequenced(conn, limit, skip_topics)
+
+
+def _sequence(conn: Connection, sequenced_by: str, *, counts_for: CountsFor, limit: int,
+              skip_topics: Collection[str], fast: bool, wait_inside: bool) -> Batch | _Busy:
     with conn.atomic():
-        last = lock_counter(conn, wait=wait)
-        if last is None:
-            return Batch(0, None, True, frozenset())
-        waiting = _committed_unsequenced(conn, limit, skip_topics)
+        opened = _open(conn, limit, skip_topics, fast=fast, wait_inside=wait_inside)
+        if isinstance(opened, _Busy):
+            return opened
+        last, waiting = opened
         if not waiting:
             return Batch(0, last, False, frozenset())
         # Recorded counts came with the rows: only a topic met for the first time asks.
@@ -247,19 +277,17 @@ def sequence_batch(conn: Connection, sequenced_by: str = "", *,
             counts.update(counts_for(conn, unrecorded))
         unpartitioned = frozenset(row.topic for row in waiting if row.topic not in counts)
         wanted = [row for row in waiting if row.topic in counts]
-        held = _lock_rows(conn, [row.offset for row in wanted])
-        assignments: list[tuple[int, int, str]] = []
-        for row in wanted:
-            if row.offset not in held:
-                # Another transaction holds it (briefly: publishers never lock a committed
-                # message). Numbering what follows would put it after later messages of
-                # its own transaction: stop here, the next batch goes on from it.
-                break
-            assignments.append((row.offset, last + 1 + len(assignments),
-                                assign_partition(row.key, row.offset, counts[row.topic])))
-        if assignments:
-            _assign_positions(conn, assignments)
-            advance(conn, last + len(assignments), sequenced_by)
+        if fast:
+            assignments = _numbered(wanted, {row.offset for row in wanted}, last, counts)
+            if assignments and not statements.number_and_advance(conn, assignments, last, sequenced_by,
+                                                       DEFAULT_SEQUENCER):
+                raise _Raced
+        else:
+            held = statements.lock_rows(conn, [row.offset for row in wanted])
+            assignments = _numbered(wanted, held, last, counts)
+            if assignments:
+                statements.assign_positions(conn, assignments)
+                advance(conn, last + len(assignments), sequenced_by)
     _warn_unpartitioned(unpartitioned)
     more = len(waiting) == limit or len(assignments) < len(wanted)
     heads: dict[tuple[str, str], int] = {}
@@ -268,6 +296,21 @@ def sequence_batch(conn: Connection, sequenced_by: str = "", *,
     return Batch(len(assignments), last + len(assignments), more, unpartitioned,
                  tuple((topic, partition, position)
                        for (topic, partition), position in heads.items()))
+
+
+def _numbered(wanted: Sequence[Waiting], held: Collection[int], last: int,
+              counts: Mapping[str, int]) -> list[tuple[int, int, str]]:
+    """(offset, position, partition) for the longest prefix of ``wanted`` that is held."""
+    assignments: list[tuple[int, int, str]] = []
+    for row in wanted:
+        if row.offset not in held:
+            # Another transaction holds it (briefly: publishers never lock a committed
+            # message). Numbering what follows would put it after later messages of
+            # its own transaction: stop here, the next batch goes on from it.
+            break
+        assignments.append((row.offset, last + 1 + len(assignments),
+                            assign_partition(row.key, row.offset, counts[row.topic])))
+    return assignments
 
 
 def sequence_all(conn: Connection, sequenced_by: str = "", *,
