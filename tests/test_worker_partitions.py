@@ -65,7 +65,9 @@ def test_5000_distinct_keys_drain_with_one_lease_row_per_partition(workers):
 
 def test_strict_order_holds_per_key_and_a_failing_key_does_not_block_its_neighbours(workers):
     # "keyed" has a single partition: every key below shares it.
-    failing = sqlqueue.publish("keyed", {"fail_attempts": 2, "retry_in": 1.0}, key="bad")
+    # Backing off 2 x 2.5 s: long enough for the 40 other messages on a loaded machine
+    # (CI has seen them take over 2 s from a worker's start).
+    failing = sqlqueue.publish("keyed", {"fail_attempts": 2, "retry_in": 2.5}, key="bad")
     behind = sqlqueue.publish_many("keyed", [{"payload": {"n": n}, "key": "bad"} for n in range(3)])
     expected: dict[str, list[int]] = defaultdict(list)
     for n in range(40):
@@ -73,8 +75,10 @@ def test_strict_order_holds_per_key_and_a_failing_key_does_not_block_its_neighbo
         expected[message.key].append(message.offset)
     worker = workers.start("keyed", "--topic", "keyed")
 
-    wait_until(lambda: all_acked("ordered", "keyed"), timeout=30,
-               what="the partition fully acked", watch=[worker])
+    # The watermark passes bad's messages while they are parked: wait for their runs too.
+    wait_until(lambda: all_acked("ordered", "keyed")
+               and Handled.objects.filter(topic="keyed", key="bad").count() == 6, timeout=30,
+               what="the partition fully acked and bad's six runs", watch=[worker])
 
     runs = list(Handled.objects.filter(topic="keyed").order_by("handled_at", "id"))
     by_key: dict[str, list[Handled]] = defaultdict(list)
