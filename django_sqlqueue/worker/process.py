@@ -27,10 +27,9 @@ from ..db.errors import is_disconnect, is_transient
 from ..db.liveness import fallback_reason
 from ..db.schema_state import is_missing_schema, not_migrated_line
 from ..db.vendor import has_row_locks
-from ..models import GroupControl, LogSequencer
 from ..models.fields import SUBSCRIBER_NAME_LENGTH
 from . import attention
-from .arrivals import Backlog, note_new_messages, sequence_backlog
+from .arrivals import Backlog, HeadPoll, note_new_messages, sequence_backlog
 from .burst import REMAINING_CAP as BURST_REMAINING_CAP
 from .burst import Burst
 from .clock import DatabaseClock
@@ -126,6 +125,7 @@ class Worker:
         self.faults_delay = 0.0  # seconds to wait after the last failed step
         self.topics = sorted({s.topic for s in subscriptions})
         self.controls = Controls(((s.group, s.topic) for s in subscriptions), using)
+        self.head_poll = HeadPoll(using, self.clock, self.controls, self.conf.poll_interval)
         self.groups_by_topic: dict[str, set[str]] = {}
         for s in subscriptions:
             self.groups_by_topic.setdefault(s.topic, set()).add(s.group)
@@ -244,10 +244,10 @@ class Worker:
     def _tick(self) -> float:
         poll = self.conf.poll_interval
         self.session.ensure()
-        head, pending, db_now, controls = LogSequencer.objects.poll_head(
-            self.using, GroupControl.objects.version_sql(connections[self.using]))
-        self.clock.sync(db_now)
-        self.controls.note_version(controls)
+        head, pending = self.head_poll.read(self._seen_head or 0, self.listener is not None
+                                            and self.listener.notified.is_set())
+        if self.listener is not None:
+            self.listener.notified.clear()
         backlog = sequence_backlog(head, self.using, self.name, wait=self._idle()) if pending else None
         head, pending = (backlog.head, backlog.pending) if backlog else (head, pending)
         now = time.monotonic()

@@ -48,6 +48,8 @@ class Listener:
         self.using = using
         self.name = f"sqlqueue listener {worker_name}"
         self.listening = threading.Event()  # set while a LISTEN connection is open
+        # Set with ``wake`` for a notification (not for a reconnection); the loop clears it.
+        self.notified = threading.Event()
         self.received = 0  # notifications read (any topic), for tests and benchmarks
         self.wakeups = 0  # folds that woke the loop
         self._stopping = threading.Event()
@@ -101,6 +103,7 @@ class Listener:
         while not self._stopping.is_set():
             if not self.topics.isdisjoint(self._drain(conn)):
                 self.wakeups += 1
+                self.notified.set()
                 self.wake.set()
                 # What arrives meanwhile waits on the socket, read by the next drain.
                 self._stopping.wait(COALESCE)
