@@ -28,7 +28,7 @@ class PartitionLeaseManager(PartitionRowsManager):
     """SQL for ``queue_partition_leases``: create, acquire, renew, fence, release."""
 
     def fence(self, worker: str, token: str, held: Sequence[tuple[str, str, str]],
-              using: str) -> Fenced:
+              using: str, *, commit_async: bool = False) -> Fenced:
         """Share-lock the lease rows of ``held`` partitions; return those still leased to
         this worker process (its name and token), with their generations, every
         partition whose row was read, and each one's count of cancellations.
@@ -39,6 +39,10 @@ class PartitionLeaseManager(PartitionRowsManager):
         fencing and taking cannot deadlock. A row another transaction holds (an operator's
         ``repartition`` deleting it, a worker taking it over) is passed over, not waited
         for: that partition sits this cycle out, and the others go on.
+
+        ``commit_async`` (PostgreSQL): the transaction will commit without waiting for its
+        WAL flush, set in this statement so that it costs no round trip of its own (see
+        docs/consuming.md, "What a database crash can undo").
         """
         if not held:
             return Fenced({}, set(), {})
@@ -50,12 +54,14 @@ class PartitionLeaseManager(PartitionRowsManager):
         owned: Owned = {}
         seen: set[tuple[str, str, str]] = set()
         cancellations: dict[tuple[str, str, str], int] = {}
+        asynchronous = (", set_config('synchronous_commit', 'off', true)"
+                        if commit_async and connection.vendor == "postgresql" else "")
         for (group, topic), keys in by_subscription.items():
             for batch in sqlb.chunks(keys, 1000):
                 rows = sqlb.fetch_all(
                     connection,
                     f"SELECT {q('partition_key')}, {q('leased_by')}, {q('lease_token')}, "  # noqa: S608 - names quoted, values bound
-                    f"{q('generation')}, {q('cancellations')} "
+                    f"{q('generation')}, {q('cancellations')}{asynchronous} "
                     f"FROM {sqlb.locked_table(connection, 'queue_partition_leases')} "
                     f"WHERE {q('consumer_group')} = %s "
                     f"AND {q('topic')} = %s AND {q('partition_key')} IN "

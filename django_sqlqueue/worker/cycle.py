@@ -63,8 +63,12 @@ class PollCycle:
         result = CycleResult() if result is None else result
         only = None if narrowing is None else {narrowing.ident: narrowing.offsets}
         with transaction.atomic(using=self.using):
+            # A cycle with no outcome to record only hands out: a database crash that
+            # undid it would redeliver, which at-least-once allows, so it does not wait
+            # for its commit's flush (PostgreSQL).
             fenced = PartitionLease.objects.fence(self.worker_name, self.token,
-                                                  list(partitions), self.using)
+                                                  list(partitions), self.using,
+                                                  commit_async=not outcomes and narrowing is None)
             owned, seen = fenced.owned, fenced.seen
             # A partition whose lease row another transaction holds sits this cycle out:
             # its outcomes wait, and the leasing finds out soon whether it is still ours.
