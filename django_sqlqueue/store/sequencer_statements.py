@@ -84,25 +84,23 @@ def number_and_advance(conn: Connection, assignments: Sequence[tuple[int, int, s
     the transaction back and numbers the careful way."""
     q = conn.q
     offsets = [a[0] for a in assignments]
-    cases = " ".join(["WHEN %s THEN %s"] * len(assignments))
-    positions: list[Any] = []
-    partitions: list[Any] = []
-    for offset, position, partition in assignments:
-        positions += [offset, position]
-        partitions += [offset, partition]
+    # The numbers come as arrays joined by offset: a CASE with a branch per row would be
+    # searched row by row, quadratic in the batch (30 ms for 1,000 rows).
     rows = conn.fetch_all(
-        f"WITH held AS (SELECT {q('offset')} FROM {q('queue_messages')} "  # noqa: S608 - names quoted, values bound
-        f"WHERE {q('offset')} IN ({', '.join(['%s'] * len(offsets))}) "
+        f"WITH given AS (SELECT * FROM unnest(%s::bigint[], %s::bigint[], %s::text[]) "  # noqa: S608 - names quoted, values bound
+        f"AS g(o, p, k)), "
+        f"held AS (SELECT {q('offset')} FROM {q('queue_messages')} "
+        f"WHERE {q('offset')} = ANY(%s::bigint[]) "
         f"AND {q('position')} IS NULL{conn.skip_locked_sql()}), "
         f"numbered AS (UPDATE {q('queue_messages')} m "
-        f"SET {q('position')} = CASE m.{q('offset')} {cases} END, "
-        f"{q('partition_key')} = CASE m.{q('offset')} {cases} END "
-        f"FROM held WHERE m.{q('offset')} = held.{q('offset')} RETURNING 1) "
+        f"SET {q('position')} = given.p, {q('partition_key')} = given.k "
+        f"FROM held JOIN given ON given.o = held.{q('offset')} "
+        f"WHERE m.{q('offset')} = held.{q('offset')} RETURNING 1) "
         f"UPDATE {q('queue_sequencer')} SET {q('last_position')} = %s, "
         f"{q('sequenced_by')} = %s, {q('sequenced_at')} = {conn.now_ms_sql()} "
         f"WHERE {q('name')} = %s AND (SELECT COUNT(*) FROM numbered) = %s RETURNING 1",
-        [*offsets, *positions, *partitions, last + len(assignments), sequenced_by[:255], name,
-         len(assignments)],
+        [offsets, [a[1] for a in assignments], [a[2] for a in assignments], offsets,
+         last + len(assignments), sequenced_by[:255], name, len(assignments)],
     )
     return bool(rows)
 
