@@ -3,10 +3,12 @@ delivery row, a message read for a group, a hold; and the WHERE clause naming me
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import NamedTuple
 
+from ..db import arrays
 from ..db import sql as sqlb
+from ..db.vendor import Vendored
 from ..store.messages import MessageRow
 
 _PK = ("consumer_group", "topic", "partition_key", "message_offset")
@@ -67,17 +69,32 @@ class Hold(NamedTuple):
     until: int
 
 
-def refs_sql(q: Callable[[str], str], refs: Sequence[MessageRef]) -> tuple[str, list[object]]:
-    """``partition_key IN (...) AND ((partition_key = ? AND message_offset IN (...)) OR ...)``.
+def refs_sql(connection: Vendored, refs: Sequence[MessageRef]) -> tuple[str, list[object]]:
+    """The WHERE term naming ``refs`` among a group's delivery rows.
 
-    A row-value list ``(partition_key, message_offset) IN ((..), ..)`` would be shorter, but
+    On PostgreSQL, ``(partition_key = ? AND message_offset = ANY(?)) OR ...``, each
+    partition's offsets one array parameter: the text depends on the number of partitions
+    only (see :mod:`django_sqlqueue.db.arrays`). Not a join with an unnested list of pairs:
+    where the statistics say the table is nearly empty (a queue that has just drained),
+    the planner loops over the group's rows and searches the whole list for each.
+
+    Elsewhere ``partition_key IN (...) AND ((partition_key = ? AND message_offset IN
+    (...)) OR ...)``. A row-value list ``(partition_key, message_offset) IN ((..), ..)`` would be shorter, but
     MariaDB plans a long one as a scan of the whole group. Even this form is planned as a
     scan on a small table, which is why every statement using it also pins the primary key
     (:func:`vendor.force_index_sql`): a scan locks rows of partitions other workers own.
     """
+    q = sqlb.quoter(connection)
     by_partition: dict[str, list[int]] = {}
     for partition, offset in refs:
         by_partition.setdefault(partition, []).append(offset)
+    if connection.vendor == "postgresql":
+        term = f"({q('partition_key')} = %s AND {q('message_offset')} = ANY(%s::bigint[]))"
+        return (
+            "(" + " OR ".join([term] * len(by_partition)) + ")",
+            [v for partition, offsets in by_partition.items()
+             for v in (partition, arrays.int_array(offsets))],
+        )
     terms, params = [], []
     for partition, offsets in by_partition.items():
         terms.append(

@@ -9,8 +9,8 @@ from typing import Any
 
 from django.db import connections, models
 
+from ..db import arrays, vendor
 from ..db import sql as sqlb
-from ..db import vendor
 from .delivery_rows import _PK, NEVER_DELIVERED, Hold, MessageRef, refs_sql
 from .fields import storable_error
 
@@ -34,10 +34,20 @@ class DeliveryWrites(models.Manager[Any]):
         false, true = vendor.false_sql(connection), vendor.true_sql(connection)
         columns = ", ".join(q(c) for c in (*_PK, "acked", "invisible_until", "retry_count",
                                            "last_error", "in_flight"))
-        values = ", ".join([f"(%s, %s, %s, %s, {false}, %s, 0, '', {true})"] * len(refs))
         tail = sqlb.on_conflict_update(connection, "queue_delivery_state", _PK, {
             "retry_count": "{old} + 1", "invisible_until": "{new}", "in_flight": "{new}",
         })
+        if connection.vendor == "postgresql":  # one short text for any batch: see db.arrays
+            sqlb.execute(
+                connection,
+                f"INSERT INTO {q('queue_delivery_state')} ({columns}) "  # noqa: S608 - names quoted, values bound
+                f"SELECT %s, %s, r.p, r.o, {false}, %s, 0, '', {true} "
+                f"FROM unnest(%s::text[], %s::bigint[]) AS r(p, o){tail}",
+                [group, topic, invisible_until, arrays.text_array([ref[0] for ref in refs]),
+                 arrays.int_array([ref[1] for ref in refs])],
+            )
+            return
+        values = ", ".join([f"(%s, %s, %s, %s, {false}, %s, 0, '', {true})"] * len(refs))
         params: list[object] = []
         for partition, offset in refs:
             params += [group, topic, partition, offset, invisible_until]
@@ -58,6 +68,17 @@ class DeliveryWrites(models.Manager[Any]):
         false = vendor.false_sql(connection)
         prefix, suffix = sqlb.insert_ignore(connection, _PK)
         columns = ", ".join(q(c) for c in (*_PK, "acked", "invisible_until", "retry_count", "last_error"))
+        if connection.vendor == "postgresql":  # one short text for any batch: see db.arrays
+            sqlb.execute(
+                connection,
+                f"{prefix} {q('queue_delivery_state')} ({columns}) "  # noqa: S608 - names quoted, values bound
+                f"SELECT %s, %s, r.p, r.o, {false}, r.u, {NEVER_DELIVERED}, '' "
+                f"FROM unnest(%s::text[], %s::bigint[], %s::bigint[]) AS r(p, o, u){suffix}",
+                [group, topic, arrays.text_array([h.partition for h in holds]),
+                 arrays.int_array([h.offset for h in holds]),
+                 arrays.int_array([h.until for h in holds])],
+            )
+            return
         for batch in sqlb.chunks(list(holds), 500):
             values = ", ".join([f"(%s, %s, %s, %s, {false}, %s, {NEVER_DELIVERED}, '')"] * len(batch))
             params: list[object] = []
@@ -77,7 +98,7 @@ class DeliveryWrites(models.Manager[Any]):
         connection = connections[using]
         q = sqlb.quoter(connection)
         set_error = f", {q('last_error')} = %s" if error else ""
-        where, params = refs_sql(q, refs)
+        where, params = refs_sql(connection, refs)
         return sqlb.execute(
             connection,
             f"UPDATE {sqlb.locked_table(connection, 'queue_delivery_state')} "  # noqa: S608 - names quoted, values bound
@@ -99,7 +120,7 @@ class DeliveryWrites(models.Manager[Any]):
         params: list[object] = []
         for ref, error in failures:
             params += [ref.offset, storable_error(error or "dead-lettered")]
-        where, where_params = refs_sql(q, [ref for ref, _ in failures])
+        where, where_params = refs_sql(connection, [ref for ref, _ in failures])
         return sqlb.execute(
             connection,
             f"UPDATE {sqlb.locked_table(connection, 'queue_delivery_state')} "  # noqa: S608 - names quoted, values bound
@@ -141,7 +162,7 @@ class DeliveryWrites(models.Manager[Any]):
             params += [ref.offset, until]
         for ref, _, error in nacks:
             params += [ref.offset, storable_error(error)]
-        where, where_params = refs_sql(q, [ref for ref, _, _ in nacks])
+        where, where_params = refs_sql(connection, [ref for ref, _, _ in nacks])
         false = vendor.false_sql(connection)
         return sqlb.execute(
             connection,
@@ -161,7 +182,7 @@ class DeliveryWrites(models.Manager[Any]):
             return 0
         connection = connections[using]
         q = sqlb.quoter(connection)
-        where, params = refs_sql(q, refs)
+        where, params = refs_sql(connection, refs)
         false = vendor.false_sql(connection)
         return sqlb.execute(
             connection,
@@ -237,7 +258,7 @@ class DeliveryWrites(models.Manager[Any]):
                 f"AND l.{q('generation')} = %s)"
             )
             fence_params = list(fence)
-        where, params = refs_sql(q, refs)
+        where, params = refs_sql(connection, refs)
         return sqlb.execute(
             connection,
             f"UPDATE {sqlb.locked_table(connection, 'queue_delivery_state')} "  # noqa: S608 - names quoted, values bound
@@ -265,7 +286,7 @@ class DeliveryWrites(models.Manager[Any]):
         acked_sql = f" AND {q('acked')} = {vendor.true_sql(connection)}" if acked_only else ""
         deleted = 0
         for batch in sqlb.chunks(list(refs), 500):
-            where, params = refs_sql(q, batch)
+            where, params = refs_sql(connection, batch)
             deleted += sqlb.execute(
                 connection,
                 f"{sqlb.delete_from(connection, 'queue_delivery_state')} "

@@ -10,6 +10,7 @@ the JSON lists.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -116,6 +117,9 @@ def mark_successful(successes: Sequence[Success], finished_at: datetime, using: 
     def value(column: str, python: Any) -> Any:
         return fields[column].get_db_prep_save(python, connection)
 
+    if connection.vendor == "postgresql":
+        _mark_successful_as_json(connection, successes, finished_at)
+        return
     for batch in _batches(successes):
         assignments = [f"{q('status')} = %s", f"{q('finished_at')} = %s"]
         params: list[Any] = ["SUCCESSFUL", value("finished_at", finished_at)]
@@ -140,6 +144,35 @@ def mark_successful(successes: Sequence[Success], finished_at: datetime, using: 
             )
 
 
+def _mark_successful_as_json(connection: Any, successes: Sequence[Success],
+                             finished_at: datetime) -> None:
+    """PostgreSQL: :func:`mark_successful` with each batch's values as one JSON
+    parameter (see :func:`_json_records`), joined to the rows by id."""
+    q = connection.ops.quote_name
+    table = q(TaskResultRecord._meta.db_table)
+
+    def moment(value: datetime | None) -> str | None:
+        return None if value is None else value.isoformat()
+
+    for batch in _batches(successes):
+        records = json.dumps([
+            {"id": s.id, "started_at": moment(s.started_at),
+             "last_attempted_at": moment(s.last_attempted_at),
+             "has_return": s.return_value is not None, "return_value": s.return_value}
+            for s in batch])
+        with connection.cursor() as cursor:
+            cursor.execute(
+                f"UPDATE {table} t SET {q('status')} = %s, {q('finished_at')} = %s, "  # noqa: S608 - names quoted, values bound
+                f"{q('started_at')} = r.started_at, {q('last_attempted_at')} = r.last_attempted_at, "
+                f"{q('return_value')} = CASE WHEN r.has_return THEN r.return_value "
+                f"ELSE t.{q('return_value')} END "
+                f"FROM jsonb_to_recordset(%s::jsonb) AS r(id text, started_at timestamptz, "
+                f"last_attempted_at timestamptz, has_return boolean, return_value jsonb) "
+                f"WHERE t.{q('id')} = r.id",
+                ["SUCCESSFUL", finished_at, records],
+            )
+
+
 def insert_started(rows: Sequence[TaskResultRecord], using: str,
                    skip_existing: bool = False) -> set[str]:
     """Insert the result rows of first attempts, one multi-row INSERT per SUCCESS_BATCH;
@@ -154,23 +187,53 @@ def insert_started(rows: Sequence[TaskResultRecord], using: str,
     connection = connections[using]
     q = connection.ops.quote_name
     fields = TaskResultRecord._meta.concrete_fields
+    table = q(TaskResultRecord._meta.db_table)
     columns = ", ".join(q(str(f.column)) for f in fields)
     one = "(" + ", ".join(["%s"] * len(fields)) + ")"
     tail = f" ON CONFLICT ({q('id')}) DO NOTHING RETURNING {q('id')}" if skip_existing else ""
+    as_json = connection.vendor == "postgresql"
     inserted: set[str] = set()
     for start in range(0, len(rows), SUCCESS_BATCH):
         batch = rows[start:start + SUCCESS_BATCH]
-        params = [f.get_db_prep_save(getattr(row, f.attname), connection)
-                  for row in batch for f in fields]
+        if as_json:  # the batch as one parameter: see _json_records
+            sql = (f"INSERT INTO {table} ({columns}) SELECT {columns} "  # noqa: S608 - names quoted, values bound
+                   f"FROM jsonb_populate_recordset(NULL::{table}, %s::jsonb){tail}")
+            params = [_json_records(batch, fields, connection)]
+        else:
+            sql = f"INSERT INTO {table} ({columns}) VALUES {', '.join([one] * len(batch))}{tail}"  # noqa: S608 - names quoted, values bound
+            params = [f.get_db_prep_save(getattr(row, f.attname), connection)
+                      for row in batch for f in fields]
         with connection.cursor() as cursor:
-            cursor.execute(
-                f"INSERT INTO {q(TaskResultRecord._meta.db_table)} ({columns}) "  # noqa: S608 - names quoted, values bound
-                f"VALUES {', '.join([one] * len(batch))}{tail}", params)
+            cursor.execute(sql, params)
             if skip_existing:
                 inserted.update(str(r[0]) for r in cursor.fetchall())
             else:
                 inserted.update(row.id for row in batch)
     return inserted
+
+
+def _json_records(rows: Sequence[TaskResultRecord], fields: Sequence[models.Field[Any, Any]],
+                  connection: Any) -> str:
+    """PostgreSQL: ``rows`` as one JSON array of objects, column to value, for
+    ``jsonb_populate_recordset``. One parameter instead of one per column and row: psycopg
+    parses a statement with more than 50 parameters afresh each time and quotes every
+    value in Python, and the server parses the long text; for a batch of first attempts
+    that was a fifth of the worker's CPU per task. JSON columns take their values as they
+    are (the fields have no encoder of their own), timestamps their ISO 8601 text."""
+    records = []
+    for row in rows:
+        record: dict[str, Any] = {}
+        for field in fields:
+            value = getattr(row, field.attname)
+            column = str(field.column)
+            if isinstance(field, models.JSONField):
+                record[column] = value
+            elif isinstance(value, datetime):
+                record[column] = field.get_db_prep_save(value, connection).isoformat()
+            else:
+                record[column] = field.get_db_prep_save(value, connection)
+        records.append(record)
+    return json.dumps(records)
 
 
 def can_skip_existing(using: str) -> bool:

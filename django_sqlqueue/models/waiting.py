@@ -160,7 +160,7 @@ def promote(group: str, topic: str, refs: Sequence[MessageRef], using: str) -> i
         return 0
     connection = connections[using]
     q = sqlb.quoter(connection)
-    where, params = refs_sql(q, refs)
+    where, params = refs_sql(connection, refs)
     return sqlb.execute(
         connection,
         f"UPDATE {sqlb.locked_table(connection, 'queue_delivery_state')} "  # noqa: S608 - names quoted, values bound
@@ -265,7 +265,7 @@ def forget_settled(topic: str, groups: Sequence[str], refs: Sequence[MessageRef]
     q = sqlb.quoter(connection)
     deleted = 0
     for batch in sqlb.chunks(list(refs), 500):
-        where, params = refs_sql(q, batch)
+        where, params = refs_sql(connection, batch)
         deleted += sqlb.execute(
             connection,
             f"{sqlb.delete_from(connection, 'queue_delivery_state')} "

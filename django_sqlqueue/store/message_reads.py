@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any, NamedTuple
 
+from ..db import arrays
 from ..db import sql as sqlb
 from ..db import vendor as db_vendor
 from .connection import Connection
@@ -80,8 +81,31 @@ def waiting_task(conn: Connection, topics: Sequence[str], message_id: str) -> Me
 def offsets_between(conn: Connection, topic: str,
                     ranges: dict[str, tuple[int, int]]) -> list[tuple[str, int]]:
     """(partition, offset) of the messages positioned in (low, high] of each partition's
-    ``(low, high)``: the ones a watermark just passed. One range read per partition."""
+    ``(low, high)``: the ones a watermark just passed. One range read per partition.
+
+    On PostgreSQL the ranges come as arrays, each a lateral range read of
+    ``queue_msg_position``. Not a disjunction of ranges: with statistics taken while the
+    log was small (a queue just deployed, or just drained), the planner read it as every
+    message of those partitions, so a watermark's move cost as much as the backlog.
+    Every piece of the lateral read keeps that plan whatever the statistics say: ``OFFSET
+    0`` keeps it a subquery, so the ranges stay the outer side; the range is written as a
+    row comparison, which only ``queue_msg_position`` can serve (the narrower
+    ``queue_msg_sequencing`` would otherwise look as cheap); ``ORDER BY`` makes the other
+    indexes on ``(topic, partition_key)`` cost a sort. MariaDB, MySQL and SQLite plan
+    the OR-ed ranges as ranges of the index."""
     q = conn.q
+    if conn.vendor == "postgresql":
+        names = list(ranges)
+        return [(r[0], int(r[1])) for r in conn.fetch_all(
+            f"SELECT r.p, m.{q('offset')} FROM unnest(%s::text[], %s::bigint[], %s::bigint[]) "  # noqa: S608 - names quoted, values bound
+            f"AS r(p, low, high) CROSS JOIN LATERAL (SELECT {q('offset')} "
+            f"FROM {q('queue_messages')} WHERE {q('topic')} = %s AND {q('partition_key')} = r.p "
+            f"AND ({q('partition_key')}, {q('position')}) > (r.p, r.low) "
+            f"AND ({q('partition_key')}, {q('position')}) <= (r.p, r.high) "
+            f"ORDER BY {q('position')} OFFSET 0) AS m",
+            [arrays.text_array(names), arrays.int_array([ranges[p][0] for p in names]),
+             arrays.int_array([ranges[p][1] for p in names]), topic],
+        )]
     result: list[tuple[str, int]] = []
     for partitions in sqlb.chunks(list(ranges)):
         terms = " OR ".join(

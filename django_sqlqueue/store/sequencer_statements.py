@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Collection, Sequence
 from typing import Any, NamedTuple
 
+from ..db import arrays
 from .connection import Connection
 
 
@@ -83,7 +84,7 @@ def number_and_advance(conn: Connection, assignments: Sequence[tuple[int, int, s
     the counter did not move, but rows it could lock were numbered, so the caller rolls
     the transaction back and numbers the careful way."""
     q = conn.q
-    offsets = [a[0] for a in assignments]
+    offsets = arrays.int_array([a[0] for a in assignments])
     # The numbers come as arrays joined by offset: a CASE with a branch per row would be
     # searched row by row, quadratic in the batch (30 ms for 1,000 rows).
     rows = conn.fetch_all(
@@ -99,7 +100,8 @@ def number_and_advance(conn: Connection, assignments: Sequence[tuple[int, int, s
         f"UPDATE {q('queue_sequencer')} SET {q('last_position')} = %s, "
         f"{q('sequenced_by')} = %s, {q('sequenced_at')} = {conn.now_ms_sql()} "
         f"WHERE {q('name')} = %s AND (SELECT COUNT(*) FROM numbered) = %s RETURNING 1",
-        [offsets, [a[1] for a in assignments], [a[2] for a in assignments], offsets,
+        [offsets, arrays.int_array([a[1] for a in assignments]),
+         arrays.text_array([a[2] for a in assignments]), offsets,
          last + len(assignments), sequenced_by[:255], name, len(assignments)],
     )
     return bool(rows)

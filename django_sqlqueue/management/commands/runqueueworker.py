@@ -3,6 +3,7 @@ run the task queues of ``TASKS`` backends that are ``django_sqlqueue.tasks.Queue
 
 from __future__ import annotations
 
+import gc
 import logging
 import os
 import sys
@@ -113,6 +114,10 @@ class Command(BaseCommand):
         if metrics is not None:
             metrics.watch_leases(
                 lambda: [p for worker in workers for p in worker.partitions.values()])
+        # What start-up built (Django, the handlers' modules) lives as long as the process:
+        # kept out of the collector's full passes, which otherwise walk all of it again
+        # and again while the poll cycle's short-lived objects trigger them.
+        gc.freeze()
         try:
             worker = run_engines(workers, get_settings().shutdown_grace)
         finally:
