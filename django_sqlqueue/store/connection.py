@@ -55,6 +55,12 @@ class Connection:
         """Whether the server is MariaDB (named as on Django's MySQL connection)."""
         return self._mariadb
 
+    @property
+    def has_json_table(self) -> bool:
+        """Whether a statement can join ``JSON_TABLE``: MariaDB 10.6 and later (MySQL 8
+        has it too, but the statements using it are tested on MariaDB only)."""
+        return self.mysql_is_mariadb and _version(self.raw.get_server_info()) >= (10, 6)
+
     # ------------------------------------------------------------------ SQL text
 
     def q(self, name: str) -> str:
@@ -176,6 +182,10 @@ class DjangoConnection(Connection):
         # Asked only when a statement needs it: the first answer costs Django a query.
         return self.vendor == "mysql" and bool(self.raw.mysql_is_mariadb)
 
+    @property
+    def has_json_table(self) -> bool:
+        return self.mysql_is_mariadb and self.raw.mysql_version >= (10, 6)
+
     def _sql(self, sql: str) -> str:
         return sql
 
@@ -204,6 +214,12 @@ class DjangoConnection(Connection):
 
     def close(self) -> None:
         """Django closes its own connections."""
+
+
+def _version(server_info: str) -> tuple[int, ...]:
+    """(10, 11, 9) of ``10.11.9-MariaDB-0+deb12u1``."""
+    numbers = server_info.split("-", 1)[0].split(".")
+    return tuple(int(n) for n in numbers if n.isdigit())
 
 
 def django_connection(using: str, wrapper: Any = None) -> Connection:

@@ -10,6 +10,7 @@ stays for what the two-statement way cannot prove (see :func:`number_and_advance
 
 from __future__ import annotations
 
+import json
 from collections.abc import Collection, Sequence
 from typing import Any, NamedTuple
 
@@ -127,6 +128,20 @@ def lock_rows(conn: Connection, offsets: Sequence[int]) -> set[int]:
 def assign_positions(conn: Connection, assignments: Sequence[tuple[int, int, str]]) -> None:
     """Set (offset, position, partition) of sequenced rows in one statement."""
     q = conn.q
+    if conn.vendor == "mysql" and conn.has_json_table:
+        # The numbers as one JSON parameter joined by offset: a CASE with a branch per row
+        # is searched row by row, and cost twice as much for a batch of 1,000. The join
+        # reads the numbers first and each row by its key (STRAIGHT_JOIN, the primary
+        # key): a multi-table UPDATE that scanned the log would wait for the lock of every
+        # uncommitted row it passed, a publisher's open transaction included.
+        conn.execute(
+            f"UPDATE JSON_TABLE(%s, '$[*]' COLUMNS (o BIGINT PATH '$[0]', "  # noqa: S608 - names quoted, values bound
+            f"p BIGINT PATH '$[1]', k VARCHAR(255) PATH '$[2]')) AS g "
+            f"STRAIGHT_JOIN {q('queue_messages')} m FORCE INDEX (PRIMARY) "
+            f"ON m.{q('offset')} = g.o SET m.{q('position')} = g.p, m.{q('partition_key')} = g.k",
+            [json.dumps([list(a) for a in assignments])],
+        )
+        return
     cases = " ".join(["WHEN %s THEN %s"] * len(assignments))
     positions: list[Any] = []
     partitions: list[Any] = []

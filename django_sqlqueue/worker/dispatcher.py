@@ -29,7 +29,7 @@ import queue
 import threading
 import time
 from collections.abc import Callable
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from django.db import close_old_connections, connections
@@ -42,6 +42,7 @@ from .handling import handle
 from .handover import LocalSlots
 from .outcomes import NotStarted, Outcome
 from .partitions import Ident, Partition
+from .prefetch import Prefetch
 
 logger = logging.getLogger("django_sqlqueue.worker")
 
@@ -77,8 +78,14 @@ class Dispatcher:
             self._pools[LIMITED] = ThreadPoolExecutor(max_workers=concurrency,
                                                       thread_name_prefix="sqlqueue-limited")
         self._wake = wake
-        self._quiet = threading.local()  # see _run_best
-        self._running: dict[Future[None], str] = {}  # pool jobs queued or running: their pool
+        # Per pool: messages queued or running, and the jobs that run them. A job runs
+        # what waits for its pool until nothing does, so a busy worker submits a job per
+        # free thread, not one (a Future, its lock and condition) per message.
+        self._concurrency = concurrency  # threads of each pool
+        self.prefetch = Prefetch(concurrency)  # the worker's in-flight cap
+        self._busy = {lane: 0 for lane in self._pools}
+        self._jobs = {lane: 0 for lane in self._pools}
+        self._closed = False
         self._lock = threading.Lock()
         self._running_refs: dict[tuple[Ident, int], int] = {}
         # When each running handler started (time.monotonic()), for MAX_HANDLER_TIME.
@@ -95,13 +102,13 @@ class Dispatcher:
     def busy(self) -> int:
         """Handlers queued or running, on every pool."""
         with self._lock:
-            return len(self._running)
+            return sum(self._busy.values())
 
     @property
     def shared_busy(self) -> int:
         """Handlers queued or running on the shared threads (``concurrency`` of them)."""
         with self._lock:
-            return sum(1 for lane in self._running.values() if lane == SHARED)
+            return self._busy[SHARED]
 
     def is_running(self, ident: Ident, offset: int) -> bool:
         """Whether a handler for this message is queued or running in this process."""
@@ -166,30 +173,54 @@ class Dispatcher:
     def _queue(self, partition: Partition, generation: int, message: Message) -> None:
         lane = (LIMITED if self.slots is not None
                 and self.slots.holds_own(_delivery(partition, message)) else SHARED)
+        priority = _priority(partition, message)
         with self._lock:
-            priority = _priority(partition, message)
+            if self._closed:
+                raise RuntimeError("the worker's handler threads are shut down")
             heapq.heappush(self._waiting[lane], (-priority, next(self._order), partition,
                                                  generation, message))
-        future = self._pools[lane].submit(self._run_best, lane)
-        with self._lock:
-            self._running[future] = lane
-        future.add_done_callback(self._done)
+            self._busy[lane] += 1
+            start_job = self._jobs[lane] < self._concurrency
+            if start_job:
+                self._jobs[lane] += 1
+        if start_job:
+            try:
+                self._pools[lane].submit(self._run_waiting, lane)
+            except RuntimeError:  # shut down meanwhile: nothing of the lane runs any more
+                with self._lock:
+                    self._jobs[lane] -= 1
+                raise
 
-    def _run_best(self, lane: str) -> None:
-        """A pool job: run the highest-priority message waiting for the pool (not
-        necessarily the one whose _queue() submitted this job; the counts match, so every
-        message runs once)."""
-        with self._lock:
-            _, _, partition, generation, message = heapq.heappop(self._waiting[lane])
-        try:
-            self._run(partition, generation, message)
-        finally:
-            self._finished((partition.ident, message.offset))
-            # A limited handler whose slot went on to a message with more waiting behind
-            # it needs no poll cycle now: its outcome is recorded by the next poll (within
-            # POLL_INTERVAL). Waking one per finished handler would cost the worker's other
-            # subscriptions a cycle over all its partitions each time.
-            self._quiet.flag = self._hand_over(_delivery(partition, message))
+    def _run_waiting(self, lane: str) -> None:
+        """A pool job: run the highest-priority message waiting for the pool, then the
+        next, until none waits (or the dispatcher shuts down)."""
+        while True:
+            with self._lock:
+                if self._closed or not self._waiting[lane]:
+                    self._jobs[lane] -= 1
+                    return
+                _, _, partition, generation, message = heapq.heappop(self._waiting[lane])
+            quiet = False
+            try:
+                self._run(partition, generation, message)
+            except Exception:
+                logger.exception("handler thread failed group=%s topic=%s partition=%s "
+                                 "offset=%s", partition.group, partition.topic,
+                                 partition.number, message.offset)
+            finally:
+                self._finished((partition.ident, message.offset))
+                # A limited handler whose slot went on to a message with more waiting
+                # behind it needs no poll cycle now: its outcome is recorded by the next
+                # poll (within POLL_INTERVAL). Waking one per finished handler would cost
+                # the worker's other subscriptions a cycle over all its partitions each
+                # time.
+                try:
+                    quiet = self._hand_over(_delivery(partition, message))
+                finally:
+                    with self._lock:
+                        self._busy[lane] -= 1
+                    if not quiet:
+                        self._wake.set()
 
     def _hand_over(self, delivery: tuple[Ident, int, int]) -> bool:
         """Start the messages waiting for the slots this handler held (before its job
@@ -217,17 +248,15 @@ class Dispatcher:
                 self._started.pop(ref, None)
                 self._overdue_logged.discard(ref)
 
-    def _done(self, future: Future[None]) -> None:
-        with self._lock:
-            self._running.pop(future, None)
-        # Called on the pool thread that ran the job (the flag is that job's), or on the
-        # submitting thread when the job had already ended (no flag there: wake).
-        quiet = getattr(self._quiet, "flag", False)
-        self._quiet.flag = False
-        if not quiet:
-            self._wake.set()
-
     def shutdown(self, wait: bool) -> None:
+        """Start no more handlers: those waiting for a thread are dropped (redelivered
+        once their visibility lapses); running ones end on their own (``wait``: wait
+        for them)."""
+        with self._lock:
+            self._closed = True
+            for lane, waiting in self._waiting.items():
+                self._busy[lane] -= len(waiting)
+                waiting.clear()
         for pool in self._pools.values():
             pool.shutdown(wait=wait, cancel_futures=True)
 
@@ -252,12 +281,14 @@ class Dispatcher:
         with self._lock:
             self._started.setdefault((partition.ident, message.offset), time.monotonic())
         close_old_connections()
-        started = time.monotonic() if self.on_finished is not None else 0.0
+        started = time.monotonic()
         try:
             self.outcomes.put(handle(partition, generation, message))
         finally:
+            took = time.monotonic() - started
+            self.prefetch.ran(took)
             if self.on_finished is not None:
-                self.on_finished(partition.ident, time.monotonic() - started)
+                self.on_finished(partition.ident, took)
             close_old_connections()
 
 

@@ -101,7 +101,6 @@ class Worker:
         self.name = name or default_worker_name()
         self.burst = burst
         self.using = using = using or queue_database()
-        self.capacity = max(concurrency * 10, 100)  # messages in flight per worker
         self.clock = DatabaseClock()
         self.wake = threading.Event()
         self.stopping = threading.Event()
@@ -326,8 +325,8 @@ class Worker:
         result = CycleResult()
         try:
             self.session.ensure()
-            self.cycle.run(members, outcomes, self.capacity - elsewhere, idle_threads, result,
-                           narrowing)
+            self.cycle.run(members, outcomes, self.dispatcher.prefetch.cap - elsewhere,
+                           idle_threads, result, narrowing)
         except Exception as exc:
             # The cycle changed partition state that its transaction did not commit:
             # rebuild these windows from the database before the next delivery.
