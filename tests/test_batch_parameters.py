@@ -16,7 +16,7 @@ from django.db import connection
 from django_sqlqueue.db import arrays
 from django_sqlqueue.models import DeliveryState, QueueMessage, TaskResultRecord
 from django_sqlqueue.models.delivery import Hold, MessageRef
-from django_sqlqueue.models.task_results import insert_started
+from django_sqlqueue.models.task_results import insert_started, new_row
 from tests.factories import QueueMessageFactory
 
 pytestmark = pytest.mark.django_db
@@ -169,3 +169,18 @@ def test_json_columns_of_task_results_have_no_encoder_of_their_own():
     """The PostgreSQL batch writes JSON columns with the json module's own encoding."""
     for field in TaskResultRecord._meta.concrete_fields:
         assert getattr(field, "encoder", None) is None, field.name
+
+
+def test_a_new_row_takes_every_default_its_model_would():
+    made = [new_row(id=f"n{n}", task_path="p", backend="default", queue_name="q",
+                    enqueued_at=T0) for n in range(2)]
+    model = TaskResultRecord(id="n0", task_path="p", backend="default", queue_name="q",
+                             enqueued_at=T0)
+    for field in TaskResultRecord._meta.concrete_fields:
+        assert getattr(made[0], field.attname) == getattr(model, field.attname), field.name
+    made[0].args.append(1)
+    assert made[1].args == []  # a default list of its own
+    made[1].save()
+    assert TaskResultRecord.objects.get(id="n1").status == "READY"
+    with pytest.raises(TypeError, match="no field 'colour'"):
+        new_row(id="x", colour="red")

@@ -54,3 +54,13 @@ def test_more_rows_than_one_statement_takes_are_all_set():
     assert TaskResultRecord.objects.filter(
         last_attempted_at=T0 + timedelta(microseconds=SUCCESS_BATCH + 1)).get().id == rows[
         SUCCESS_BATCH + 1].id
+
+
+def test_ids_that_differ_only_in_case_or_a_trailing_space_are_told_apart():
+    rows = TaskResultRecord.objects.bulk_create(
+        TaskResultRecord(id=task_id, task_path="tests.testapp.tasks.add", backend="default",
+                         queue_name="default", status="RUNNING", enqueued_at=T0,
+                         worker_ids=["w"]) for task_id in ("abc", "ABC", "abc "))
+    mark_successful([Success(rows[0].id, T0, T0, "mine")], T0, "default")
+    statuses = dict(TaskResultRecord.objects.values_list("id", "status"))
+    assert statuses == {"abc": "SUCCESSFUL", "ABC": "RUNNING", "abc ": "RUNNING"}

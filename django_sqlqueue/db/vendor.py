@@ -64,6 +64,13 @@ def supports_returning(connection: BaseDatabaseWrapper) -> bool:
     return True
 
 
+def has_json_table(connection: BaseDatabaseWrapper) -> bool:
+    """Whether a statement can read rows from ``JSON_TABLE``: MariaDB 10.6 and later (MySQL
+    8 has it too, but the statements using it are tested on MariaDB only)."""
+    return (connection.vendor == "mysql" and bool(connection.mysql_is_mariadb)  # type: ignore[attr-defined]
+            and connection.mysql_version >= (10, 6))  # type: ignore[attr-defined]
+
+
 def duplicate_check_locks(connection: Vendored) -> bool:
     """Whether an INSERT that skips duplicates locks the stored row it collides with.
 

@@ -18,6 +18,8 @@ from typing import Any
 
 from django.db import connections, models
 
+from ..db import vendor
+from ..db.exact_names import binary_collation
 from .fields import ID_LENGTH
 
 # A task queue Q is the topic ``tasks.Q``, consumed by the group ``tasks``.
@@ -120,6 +122,10 @@ def mark_successful(successes: Sequence[Success], finished_at: datetime, using: 
     if connection.vendor == "postgresql":
         _mark_successful_as_json(connection, successes, finished_at)
         return
+    if vendor.has_json_table(connection):
+        _mark_successful_json_table(connection, successes, value("finished_at", finished_at),
+                                    lambda moment: value("started_at", moment))
+        return
     for batch in _batches(successes):
         assignments = [f"{q('status')} = %s", f"{q('finished_at')} = %s"]
         params: list[Any] = ["SUCCESSFUL", value("finished_at", finished_at)]
@@ -173,6 +179,36 @@ def _mark_successful_as_json(connection: Any, successes: Sequence[Success],
             )
 
 
+def _mark_successful_json_table(connection: Any, successes: Sequence[Success], finished_at: Any,
+                                adapt: Any) -> None:
+    """MariaDB: :func:`mark_successful` with each batch's values as one JSON parameter
+    read by ``JSON_TABLE`` (see :func:`_json_table_rows`), joined to the rows by id. The
+    id column has the ids' own collation, so the join compares them exactly and reads each
+    row by its key; a CASE with a branch per id was searched row by row."""
+    q = connection.ops.quote_name
+    table = q(TaskResultRecord._meta.db_table)
+    exact = binary_collation(connection)
+    for batch in _batches(successes):
+        records = json.dumps([
+            [s.id, adapt(s.started_at), adapt(s.last_attempted_at),
+             int(s.return_value is not None),
+             None if s.return_value is None else json.dumps(s.return_value)]
+            for s in batch], ensure_ascii=False)
+        with connection.cursor() as cursor:
+            cursor.execute(
+                f"UPDATE JSON_TABLE(%s, '$[*]' COLUMNS ("  # noqa: S608 - names quoted, values bound
+                f"id VARCHAR({ID_LENGTH}) CHARACTER SET utf8mb4 COLLATE {exact} PATH '$[0]', "
+                f"s DATETIME(6) PATH '$[1]', l DATETIME(6) PATH '$[2]', h INT PATH '$[3]', "
+                f"v LONGTEXT PATH '$[4]')) AS r "
+                f"STRAIGHT_JOIN {table} t FORCE INDEX (PRIMARY) ON t.{q('id')} = r.id "
+                f"SET t.{q('status')} = %s, t.{q('finished_at')} = %s, "
+                f"t.{q('started_at')} = r.s, t.{q('last_attempted_at')} = r.l, "
+                f"t.{q('return_value')} = CASE WHEN r.h = 1 THEN r.v "
+                f"ELSE t.{q('return_value')} END",
+                [records, "SUCCESSFUL", finished_at],
+            )
+
+
 def insert_started(rows: Sequence[TaskResultRecord], using: str,
                    skip_existing: bool = False) -> set[str]:
     """Insert the result rows of first attempts, one multi-row INSERT per SUCCESS_BATCH;
@@ -192,6 +228,7 @@ def insert_started(rows: Sequence[TaskResultRecord], using: str,
     one = "(" + ", ".join(["%s"] * len(fields)) + ")"
     tail = f" ON CONFLICT ({q('id')}) DO NOTHING RETURNING {q('id')}" if skip_existing else ""
     as_json = connection.vendor == "postgresql"
+    as_json_table = not skip_existing and vendor.has_json_table(connection)
     inserted: set[str] = set()
     for start in range(0, len(rows), SUCCESS_BATCH):
         batch = rows[start:start + SUCCESS_BATCH]
@@ -199,6 +236,9 @@ def insert_started(rows: Sequence[TaskResultRecord], using: str,
             sql = (f"INSERT INTO {table} ({columns}) SELECT {columns} "  # noqa: S608 - names quoted, values bound
                    f"FROM jsonb_populate_recordset(NULL::{table}, %s::jsonb){tail}")
             params = [_json_records(batch, fields, connection)]
+        elif as_json_table:  # MariaDB: likewise, see _json_table_rows
+            sql = f"INSERT INTO {table} ({columns}) {_json_table_select(fields)}"  # noqa: S608 - names quoted, values bound
+            params = [_json_table_rows(batch, fields, connection)]
         else:
             sql = f"INSERT INTO {table} ({columns}) VALUES {', '.join([one] * len(batch))}{tail}"  # noqa: S608 - names quoted, values bound
             params = [f.get_db_prep_save(getattr(row, f.attname), connection)
@@ -236,12 +276,62 @@ def _json_records(rows: Sequence[TaskResultRecord], fields: Sequence[models.Fiel
     return json.dumps(records)
 
 
+def _json_table_select(fields: Sequence[models.Field[Any, Any]]) -> str:
+    """``SELECT`` of every column from the rows of :func:`_json_table_rows`. Text comes
+    out as LONGTEXT, so the INSERT, not JSON_TABLE, judges a value too long (an error, as
+    for any other statement)."""
+    columns = []
+    for index, field in enumerate(fields):
+        kind = ("DATETIME(6)" if isinstance(field, models.DateTimeField)
+                else "BIGINT" if isinstance(field, models.IntegerField) else "LONGTEXT")
+        columns.append(f"c{index} {kind} PATH '$[{index}]'")
+    names = ", ".join(f"r.c{index}" for index in range(len(fields)))
+    return f"SELECT {names} FROM JSON_TABLE(%s, '$[*]' COLUMNS ({', '.join(columns)})) AS r"  # noqa: S608 - no value in the text
+
+
+def _json_table_rows(rows: Sequence[TaskResultRecord], fields: Sequence[models.Field[Any, Any]],
+                     connection: Any) -> str:
+    """MariaDB: ``rows`` as one JSON array of arrays for ``JSON_TABLE``, for the reason
+    of :func:`_json_records` (mysqlclient quotes each of a multi-row INSERT's thousands of
+    parameters in Python, and Django adapts each value through its field). Values are
+    what Django would bind, each distinct one adapted once: JSON columns their own JSON
+    text, timestamps Django's text for MySQL. Characters go as themselves: JSON_TABLE
+    reads a surrogate pair escape (an emoji under ``ensure_ascii``) as an empty string."""
+    adapted: dict[tuple[int, Any], Any] = {}
+    records = []
+    for row in rows:
+        record = []
+        for index, field in enumerate(fields):
+            value = getattr(row, field.attname)
+            if isinstance(field, models.JSONField):
+                record.append(None if value is None and field.null else json.dumps(value))
+                continue
+            key = (index, value)
+            if key not in adapted:
+                adapted[key] = field.get_db_prep_save(value, connection)
+            record.append(adapted[key])
+        records.append(record)
+    return json.dumps(records, ensure_ascii=False)
+
+
 def can_skip_existing(using: str) -> bool:
     """Whether :func:`insert_started` can leave out existing rows and say which it
     inserted, in the one statement (PostgreSQL and SQLite: ``ON CONFLICT DO NOTHING
     RETURNING``; MySQL's ``INSERT IGNORE`` would also turn a too-long value into a
     warning)."""
     return connections[using].vendor in ("postgresql", "sqlite")
+
+
+def new_row(**values: Any) -> TaskResultRecord:
+    """A new, unsaved row made without ``Model.__init__`` (the worker makes one per first
+    attempt): the fields ``values`` names take them, the others their defaults."""
+    row = TaskResultRecord.__new__(TaskResultRecord)
+    row.__dict__.update({f.attname: values.pop(f.attname) if f.attname in values
+                         else f.get_default() for f in _FIELDS})
+    if values:
+        raise TypeError(f"TaskResultRecord has no field {sorted(values)[0]!r}")
+    row._state = models.base.ModelState()
+    return row
 
 
 def copy_row(row: TaskResultRecord, **changes: Any) -> TaskResultRecord:

@@ -184,7 +184,7 @@ class DjangoConnection(Connection):
 
     @property
     def has_json_table(self) -> bool:
-        return self.mysql_is_mariadb and self.raw.mysql_version >= (10, 6)
+        return db_vendor.has_json_table(self.raw)
 
     def _sql(self, sql: str) -> str:
         return sql

@@ -139,7 +139,7 @@ def assign_positions(conn: Connection, assignments: Sequence[tuple[int, int, str
             f"p BIGINT PATH '$[1]', k VARCHAR(255) PATH '$[2]')) AS g "
             f"STRAIGHT_JOIN {q('queue_messages')} m FORCE INDEX (PRIMARY) "
             f"ON m.{q('offset')} = g.o SET m.{q('position')} = g.p, m.{q('partition_key')} = g.k",
-            [json.dumps([list(a) for a in assignments])],
+            [json.dumps([list(a) for a in assignments], ensure_ascii=False)],
         )
         return
     cases = " ".join(["WHEN %s THEN %s"] * len(assignments))

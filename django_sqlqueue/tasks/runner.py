@@ -51,6 +51,7 @@ from ..models.task_results import (
     copy_row,
     insert_started,
     mark_successful,
+    new_row,
 )
 from .compat import (
     TaskContext,
@@ -222,13 +223,13 @@ class TaskRunner:
         identity = _identity(payload)
         queue = message.topic.split(".", 1)[1]
         if isinstance(payload, TaskPayload):
-            return TaskResultRecord(
+            return new_row(
                 id=identity.id, task_path=identity.task_path, backend=identity.backend,
                 queue_name=queue, priority=payload.priority, status="READY",
                 args=payload.args, kwargs=payload.kwargs, run_after=payload.run_after,
                 enqueued_at=message.published_at, worker_ids=[], errors=[])
         backend = (self._backends or {}).get(queue, identity.backend)
-        return TaskResultRecord(
+        return new_row(
             id=identity.id, task_path=identity.task_path, backend=backend, queue_name=queue,
             status="READY", enqueued_at=message.published_at, worker_ids=[], errors=[])
 
