@@ -59,7 +59,7 @@ class DeliveryReads(models.Manager[Any]):
             for partition in partitions:
                 cursor, limit = ranges[partition]
                 params += [group, topic, partition, cursor, limit]
-            for values in sqlb.fetch_all(connection, sqlb.union_all([branch] * len(partitions)),
+            for values in sqlb.fetch_all(connection, sqlb.union_all([branch] * len(partitions), connection),
                                          params):
                 partition, *message, acked, retries, invisible, error = values
                 delivery = None if acked is None else DeliveryRow(
@@ -93,7 +93,7 @@ class DeliveryReads(models.Manager[Any]):
             params: list[Any] = []
             for partition in partitions:
                 params += [group, topic, partition, *windows[partition]]
-            for values in sqlb.fetch_all(connection, sqlb.union_all([branch] * len(partitions)),
+            for values in sqlb.fetch_all(connection, sqlb.union_all([branch] * len(partitions), connection),
                                          params):
                 partition, *message, retries, invisible, error, in_flight = values
                 result.append(ReadRow(partition, message_row(message),
@@ -123,7 +123,7 @@ class DeliveryReads(models.Manager[Any]):
             for group, topic in batch:
                 params += [group, topic, group, topic, cap, group, topic, group, topic, now_ms, cap]
             for group, topic, kind, n in sqlb.fetch_all(
-                    connection, sqlb.union_all([acked, in_flight] * len(batch)), params):
+                    connection, sqlb.union_all([acked, in_flight] * len(batch), connection), params):
                 counts[(group, topic)][int(kind)] = int(n)
         return {pair: (n[0], n[1]) for pair, n in counts.items()}
 

@@ -4,6 +4,7 @@ make due, delete. The worker runs them inside its fenced poll transaction (see
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from typing import Any
 
@@ -11,6 +12,7 @@ from django.db import connections, models
 
 from ..db import arrays, vendor
 from ..db import sql as sqlb
+from ..db.exact_names import binary_collation
 from .delivery_rows import _PK, NEVER_DELIVERED, Hold, MessageRef, refs_sql
 from .fields import storable_error
 
@@ -47,6 +49,16 @@ class DeliveryWrites(models.Manager[Any]):
                  arrays.int_array([ref[1] for ref in refs])],
             )
             return
+        if vendor.has_json_table(connection):  # MariaDB: the batch as one JSON parameter
+            sqlb.execute(
+                connection,
+                f"INSERT INTO {q('queue_delivery_state')} ({columns}) "  # noqa: S608 - names quoted, values bound
+                f"SELECT %s, %s, r.p, r.o, {false}, %s, 0, '', {true} FROM JSON_TABLE(%s, "
+                f"'$[*]' COLUMNS (p LONGTEXT PATH '$[0]', o BIGINT PATH '$[1]')) AS r{tail}",
+                [group, topic, invisible_until,
+                 json.dumps([list(ref) for ref in refs], ensure_ascii=False)],
+            )
+            return
         values = ", ".join([f"(%s, %s, %s, %s, {false}, %s, 0, '', {true})"] * len(refs))
         params: list[object] = []
         for partition, offset in refs:
@@ -77,6 +89,16 @@ class DeliveryWrites(models.Manager[Any]):
                 [group, topic, arrays.text_array([h.partition for h in holds]),
                  arrays.int_array([h.offset for h in holds]),
                  arrays.int_array([h.until for h in holds])],
+            )
+            return
+        if vendor.has_json_table(connection):  # MariaDB: the batch as one JSON parameter
+            sqlb.execute(
+                connection,
+                f"{prefix} {q('queue_delivery_state')} ({columns}) "  # noqa: S608 - names quoted, values bound
+                f"SELECT %s, %s, r.p, r.o, {false}, r.u, {NEVER_DELIVERED}, '' FROM JSON_TABLE(%s, "
+                f"'$[*]' COLUMNS (p LONGTEXT PATH '$[0]', o BIGINT PATH '$[1]', "
+                f"u BIGINT PATH '$[2]')) AS r{suffix}",
+                [group, topic, json.dumps([list(hold) for hold in holds], ensure_ascii=False)],
             )
             return
         for batch in sqlb.chunks(list(holds), 500):
@@ -284,6 +306,19 @@ class DeliveryWrites(models.Manager[Any]):
         connection = connections[using]
         q = sqlb.quoter(connection)
         acked_sql = f" AND {q('acked')} = {vendor.true_sql(connection)}" if acked_only else ""
+        if vendor.has_json_table(connection):
+            # MariaDB: the batch as one JSON parameter, each row found by its key (the
+            # partition read in the names' own binary collation, so the join compares them
+            # exactly and can use the key).
+            return sqlb.execute(
+                connection,
+                f"DELETE d FROM JSON_TABLE(%s, '$[*]' COLUMNS (p VARCHAR(255) CHARACTER SET "  # noqa: S608 - names quoted, values bound
+                f"utf8mb4 COLLATE {binary_collation(connection)} PATH '$[0]', o BIGINT PATH "
+                f"'$[1]')) AS r STRAIGHT_JOIN {q('queue_delivery_state')} d FORCE INDEX (PRIMARY) "
+                f"ON d.{q('consumer_group')} = %s AND d.{q('topic')} = %s "
+                f"AND d.{q('partition_key')} = r.p AND d.{q('message_offset')} = r.o{acked_sql}",
+                [json.dumps([list(ref) for ref in refs], ensure_ascii=False), group, topic],
+            )
         deleted = 0
         for batch in sqlb.chunks(list(refs), 500):
             where, params = refs_sql(connection, batch)

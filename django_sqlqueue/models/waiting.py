@@ -104,7 +104,7 @@ def due(group: str, topic: str, limits: Mapping[str, int], using: str) -> list[R
         params: list[Any] = []
         for partition in partitions:
             params += [group, topic, partition, limits[partition]]
-        for values in sqlb.fetch_all(connection, sqlb.union_all([branch] * len(partitions)),
+        for values in sqlb.fetch_all(connection, sqlb.union_all([branch] * len(partitions), connection),
                                      params):
             partition, *message, retries, due_ms, error = values
             result.append(ReadRow(partition, message_row(message),
@@ -128,7 +128,7 @@ def keys_parked(group: str, topic: str, keys: Sequence[tuple[str, str]],
     for batch in sqlb.chunks(list(keys)):
         params = [v for partition, key in batch for v in (group, topic, key, partition)]
         found.update((r[0], r[1]) for r in sqlb.fetch_all(
-            connection, sqlb.union_all([branch] * len(batch)), params))
+            connection, sqlb.union_all([branch] * len(batch), connection), params))
     return found
 
 
@@ -149,7 +149,7 @@ def key_heads(group: str, topic: str, keys: Sequence[tuple[str, str]],
     for batch in sqlb.chunks(list(keys)):
         params = [v for partition, key in batch for v in (group, topic, key, partition)]
         for partition, key, offset, state, until in sqlb.fetch_all(
-                connection, sqlb.union_all([branch] * len(batch)), params):
+                connection, sqlb.union_all([branch] * len(batch), connection), params):
             heads[(partition, key)] = KeyHead(partition, key, int(offset), int(state), int(until))
     return heads
 
@@ -252,7 +252,7 @@ def settled(topic: str, groups: Sequence[str], partitions: Sequence[str], limit:
     for batch in sqlb.chunks(pairs):
         params = [v for group, partition in batch for v in (group, topic, partition, limit)]
         found.update(MessageRef(r[0], int(r[1])) for r in sqlb.fetch_all(
-            connection, sqlb.union_all([branch] * len(batch)), params))
+            connection, sqlb.union_all([branch] * len(batch), connection), params))
     return sorted(found)
 
 
